@@ -1,0 +1,67 @@
+// Causal / sliding-window mask as a value type (bottom-right aligned, FA2/vLLM convention).
+// Query row i of a sequence with q_len queries and k_len keys sees keys j with
+//   i + shift - left <= j <= i + shift + right,   shift = k_len - q_len,
+// where left/right < 0 mean unbounded and causal means right = 0.
+//
+//        keys ->            (q_len = 3, k_len = 6, causal, left = 2)
+//   q0   . x x x . .         q0 sees j in [1, 3]
+//   q1   . . x x x .         q1 sees j in [2, 4]
+//   q2   . . . x x x         q2 sees j in [3, 5]
+//
+// The pipelines ask it for the key range a block of rows can touch (tiles outside are skipped)
+// and whether a tile is entirely visible (then no per-element masking is needed).
+#pragma once
+#include <cstdint>
+
+#include "common.h"
+
+namespace fp8attn {
+
+struct Mask {
+  int32_t left;   // < 0: unbounded
+  int32_t right;  // < 0: unbounded
+  int32_t shift;  // k_len - q_len
+  int32_t k_len;
+
+  FP8ATTN_HD static Mask make(int32_t window_left, int32_t window_right, bool causal, int32_t q_len,
+                              int32_t k_len) {
+    Mask m;
+    m.left = window_left;
+    m.right = causal ? 0 : window_right;
+    m.shift = k_len - q_len;
+    m.k_len = k_len;
+    return m;
+  }
+
+  FP8ATTN_HD bool visible(int32_t row, int32_t col) const {
+    const int64_t d = static_cast<int64_t>(col) - row - shift;
+    return col >= 0 && col < k_len && (right < 0 || d <= right) && (left < 0 || -d <= left);
+  }
+
+  // Half-open key range [begin, end) that any of rows [row0, row1) can see (may be empty).
+  FP8ATTN_HD void key_range(int32_t row0, int32_t row1, int32_t* begin, int32_t* end) const {
+    int64_t b = 0, e = k_len;
+    if (left >= 0) {
+      const int64_t lo = static_cast<int64_t>(row0) + shift - left;
+      b = lo > 0 ? lo : 0;
+    }
+    if (right >= 0) {
+      const int64_t hi = static_cast<int64_t>(row1 - 1) + shift + right + 1;
+      e = hi < e ? hi : e;
+    }
+    if (e < b) e = b;
+    *begin = static_cast<int32_t>(b < k_len ? b : k_len);
+    *end = static_cast<int32_t>(e);
+  }
+
+  // True when every (row, col) in [row0, row1) x [col0, col1) is visible.
+  FP8ATTN_HD bool tile_fully_visible(int32_t row0, int32_t row1, int32_t col0, int32_t col1) const {
+    if (col0 < 0 || col1 > k_len) return false;
+    // Within the band: the hardest corners are (row1-1, col0) for left and (row0, col1-1) for right.
+    const bool left_ok = left < 0 || (static_cast<int64_t>(row1 - 1) + shift - col0) <= left;
+    const bool right_ok = right < 0 || (static_cast<int64_t>(col1 - 1) - row0 - shift) <= right;
+    return left_ok && right_ok;
+  }
+};
+
+}  // namespace fp8attn

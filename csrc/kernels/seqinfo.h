@@ -1,0 +1,60 @@
+// Per-sequence addressing for the three layouts (dense, packed varlen, paged KV), shared by every
+// implementation. Offsets are int64 element offsets from the tensor base pointers.
+#pragma once
+#include <cstdint>
+
+#include "common.h"
+#include "params.h"
+
+namespace fp8attn {
+
+struct SeqInfo {
+  int32_t q_len = 0;
+  int32_t k_len = 0;
+  int64_t q_offset = 0;    // element offset of this sequence's row 0 in q / out
+  int64_t lse_offset = 0;  // element offset of (head 0, row 0) in lse
+  int64_t k_offset = 0;    // dense / varlen: element offset of key 0 (unused when paged)
+  int64_t v_offset = 0;
+  const int32_t* blocks = nullptr;  // paged: this sequence's row of the block table
+
+  FP8ATTN_HD static SeqInfo make(const FwdParams& p, int32_t b) {
+    SeqInfo s;
+    if (p.cu_seqlens_q) {
+      const int32_t start = p.cu_seqlens_q[b];
+      s.q_len = p.cu_seqlens_q[b + 1] - start;
+      s.q_offset = static_cast<int64_t>(start) * p.q_row_stride;
+      s.lse_offset = start * p.lse_row_stride;
+    } else {
+      s.q_len = p.seqlen_q;
+      s.q_offset = static_cast<int64_t>(b) * p.q_batch_stride;
+      s.lse_offset = static_cast<int64_t>(b) * p.lse_batch_stride;
+    }
+    if (p.block_table) {
+      s.blocks = p.block_table + static_cast<int64_t>(b) * p.block_table_batch_stride;
+      s.k_len = p.seqused_k ? p.seqused_k[b] : p.cu_seqlens_k[b + 1] - p.cu_seqlens_k[b];
+    } else if (p.cu_seqlens_k) {
+      const int32_t start = p.cu_seqlens_k[b];
+      s.k_len = p.seqused_k ? p.seqused_k[b] : p.cu_seqlens_k[b + 1] - start;
+      s.k_offset = static_cast<int64_t>(start) * p.k_row_stride;
+      s.v_offset = static_cast<int64_t>(start) * p.v_row_stride;
+    } else {
+      s.k_len = p.seqused_k ? p.seqused_k[b] : p.seqlen_k;
+      s.k_offset = static_cast<int64_t>(b) * p.k_batch_stride;
+      s.v_offset = static_cast<int64_t>(b) * p.v_batch_stride;
+    }
+    return s;
+  }
+
+  // Element offset of key `j` (head 0) in k or v.
+  FP8ATTN_HD int64_t key_offset(const FwdParams& p, int32_t j, bool is_v) const {
+    const int64_t bstride = is_v ? p.v_batch_stride : p.k_batch_stride;
+    const int64_t rstride = is_v ? p.v_row_stride : p.k_row_stride;
+    if (blocks) {
+      const int32_t blk = blocks[j / p.page_block_size];
+      return static_cast<int64_t>(blk) * bstride + static_cast<int64_t>(j % p.page_block_size) * rstride;
+    }
+    return (is_v ? v_offset : k_offset) + static_cast<int64_t>(j) * rstride;
+  }
+};
+
+}  // namespace fp8attn
