@@ -1,0 +1,50 @@
+"""Build fp8attn: setup.py drives the one CMake description (CMakeLists.txt), as vLLM does.
+
+Environment:
+  FP8ATTN_GPU          cpu | cuda | rocm (default: what the installed torch was built for)
+  FP8ATTN_HEAD_DIMS    comma list limiting the GPU head-dim instantiations (development builds)
+  FP8ATTN_ARCHS        comma list limiting the GPU architectures (e.g. sm90a, gfx942)
+  MAX_JOBS             parallel compile jobs
+"""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
+
+ROOT = Path(__file__).resolve().parent
+
+
+class CMakeExtension(Extension):
+    def __init__(self, name: str) -> None:
+        super().__init__(name, sources=[])
+
+
+class CMakeBuild(build_ext):
+    def build_extension(self, ext: Extension) -> None:
+        out_dir = Path(self.get_ext_fullpath(ext.name)).resolve().parent
+        build_dir = Path(self.build_temp).resolve() / ext.name
+        build_dir.mkdir(parents=True, exist_ok=True)
+        cfg = ["-DCMAKE_BUILD_TYPE=Release", f"-DPython_EXECUTABLE={sys.executable}",
+               f"-DCMAKE_LIBRARY_OUTPUT_DIRECTORY={out_dir}"]
+        if "FP8ATTN_GPU" in os.environ:
+            cfg.append(f"-DFP8ATTN_GPU={os.environ['FP8ATTN_GPU']}")
+        if _has_ninja():
+            cfg += ["-G", "Ninja"]
+        subprocess.check_call(["cmake", str(ROOT), *cfg], cwd=build_dir)
+        jobs = os.environ.get("MAX_JOBS", str(os.cpu_count() or 1))
+        subprocess.check_call(["cmake", "--build", ".", "-j", jobs], cwd=build_dir)
+
+
+def _has_ninja() -> bool:
+    try:
+        subprocess.check_call(["ninja", "--version"], stdout=subprocess.DEVNULL)
+        return True
+    except (OSError, subprocess.CalledProcessError):
+        return False
+
+
+setup(ext_modules=[CMakeExtension("fp8attn._C")], cmdclass={"build_ext": CMakeBuild})
