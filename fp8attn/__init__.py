@@ -1,0 +1,12 @@
+"""fp8attn: FP8 flash attention for LLM inference (FP8 Q/K/V, FP8-quantized P, FP8 output).
+
+``fp8attn.forward`` (and ``torch.ops.fp8attn.forward``) on CPU, CUDA (Hopper) and ROCm (MI300/MI350).
+"""
+
+from . import _fake  # noqa: F401  (fake impls for torch.compile)
+from .ops import forward, resolve_out_dtype, write_kv_cache
+from .quant import default_p_scale, fn_scale_to_fnuz, fp8_max, quantize
+
+__all__ = ["forward", "write_kv_cache", "resolve_out_dtype", "default_p_scale", "fn_scale_to_fnuz", "fp8_max",
+           "quantize"]
+__version__ = "0.1.0"

@@ -1,0 +1,135 @@
+"""The public op: ``fp8attn.forward`` over ``torch.ops.fp8attn.forward``."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from . import _C  # noqa: F401  (registers torch.ops.fp8attn)
+from .quant import FP8_DTYPES
+
+__all__ = ["forward", "write_kv_cache", "resolve_out_dtype"]
+
+_16BIT = (torch.bfloat16, torch.float16)
+
+
+def resolve_out_dtype(q: torch.Tensor, k: torch.Tensor, out_scale: torch.Tensor | None,
+                      out_dtype: torch.dtype | None) -> torch.dtype:
+    """The output dtype of a call: k's FP8 type with out_scale, else out_dtype, else q's 16-bit
+    dtype, else bfloat16."""
+    if out_scale is not None:
+        if out_dtype is not None and out_dtype != k.dtype:
+            raise TypeError(f"out_dtype must be k's FP8 dtype ({k.dtype}) when out_scale is given, got {out_dtype}")
+        return k.dtype
+    if out_dtype is not None:
+        if out_dtype not in _16BIT:
+            raise TypeError(f"out_dtype must be torch.bfloat16 or torch.float16 (FP8 output needs out_scale), "
+                            f"got {out_dtype}")
+        return out_dtype
+    return q.dtype if q.dtype in _16BIT else torch.bfloat16
+
+
+def _check_tensor(x: object, name: str, optional: bool = False) -> None:
+    if x is None and optional:
+        return
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+
+
+def _window(window_size: tuple[int, int]) -> tuple[int, int]:
+    try:
+        left, right = window_size
+        left, right = int(left), int(right)
+    except (TypeError, ValueError):
+        raise ValueError(f"window_size must be a pair of ints (left, right), got {window_size!r}") from None
+    return left, right
+
+
+def forward(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    cu_seqlens_q: torch.Tensor | None = None,
+    cu_seqlens_k: torch.Tensor | None = None,
+    seqused_k: torch.Tensor | None = None,
+    max_seqlen_q: int | None = None,
+    max_seqlen_k: int | None = None,
+    block_table: torch.Tensor | None = None,
+    softmax_scale: float | None = None,
+    causal: bool = False,
+    window_size: tuple[int, int] = (-1, -1),
+    softcap: float = 0.0,
+    q_descale: torch.Tensor | None = None,
+    k_descale: torch.Tensor | None = None,
+    v_descale: torch.Tensor | None = None,
+    p_scale: torch.Tensor | None = None,
+    out_scale: torch.Tensor | None = None,
+    out_dtype: torch.dtype | None = None,
+    out: torch.Tensor | None = None,
+    return_softmax_lse: bool = False,
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    """FP8 attention: ``softmax(q·kᵀ·scale)·v`` with FP8 Q/K/V, FP8-quantized P and optional FP8 output.
+
+    Layouts (names follow ``flash_attn_varlen_func``):
+      - dense: q ``[B, Sq, H, D]``, k/v ``[B, Sk, Hkv, D]``;
+      - varlen: q ``[T, H, D]`` with ``cu_seqlens_q`` (int32 ``[B+1]``), k/v ``[Tk, Hkv, D]`` with
+        ``cu_seqlens_k`` (``seqused_k`` may shorten each sequence);
+      - paged: k/v caches ``[num_blocks, block_size, Hkv, D]`` with ``block_table`` (int32
+        ``[B, max_blocks]``) and ``seqused_k`` (int32 ``[B]``).
+
+    Args:
+      q: FP8 (k's type), bfloat16 or float16. A 16-bit q is quantized in the kernel as
+        ``sat(q / q_descale)`` (``q_descale`` None means 1.0).
+      k, v: float8_e4m3fn or float8_e4m3fnuz (the same type).
+      max_seqlen_q, max_seqlen_k: bounds on the per-sequence lengths. When both are given (or the
+        layout is dense) the call never synchronises with the host and is safe under CUDA/HIP graph
+        capture; when left None they are derived from the index tensors, which are then validated.
+      softmax_scale: defaults to ``1/sqrt(D)``.
+      causal: causal mask, aligned bottom-right when ``Sq < Sk``.
+      window_size: ``(left, right)`` sliding window, -1 = unbounded.
+      softcap: logits soft cap ``softcap·tanh(s/softcap)`` (0 = off).
+      q_descale, k_descale, v_descale: float32 dequantization scales, 1 element or one per head
+        (H for q, Hkv for k/v). None means 1.0.
+      p_scale: float32 ``[1]``; P is stored as ``sat(p / p_scale)``. None: 2^-8 (e4m3fn) or 2^-7 (e4m3fnuz).
+      out_scale: float32 ``[1]``; when given, out is FP8 of k's type, ``sat(O / out_scale)``.
+      out_dtype: the 16-bit output dtype without out_scale (default: q's if 16-bit, else bfloat16).
+      out: optional output tensor written in place (q's shape, the output dtype).
+      return_softmax_lse: also return the natural-log LSE, float32 ``[B, H, Sq]`` (dense) or ``[H, T]``.
+
+    Returns:
+      ``out``, or ``(out, softmax_lse)`` when ``return_softmax_lse``.
+    """
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        _check_tensor(x, name)
+    for name, x in (("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k), ("seqused_k", seqused_k),
+                    ("block_table", block_table), ("q_descale", q_descale), ("k_descale", k_descale),
+                    ("v_descale", v_descale), ("p_scale", p_scale), ("out_scale", out_scale), ("out", out)):
+        _check_tensor(x, name, optional=True)
+    if k.dtype not in FP8_DTYPES:
+        raise TypeError(f"k must be torch.float8_e4m3fn or torch.float8_e4m3fnuz, got {k.dtype}")
+    if q.dim() < 1 or k.dim() < 1:
+        raise ValueError(f"q and k must have a head dimension, got shapes {tuple(q.shape)}, {tuple(k.shape)}")
+    dtype = resolve_out_dtype(q, k, out_scale, out_dtype)
+    if out is None:
+        out = torch.empty(q.shape, dtype=dtype, device=q.device)
+    elif out.dtype != dtype:
+        raise TypeError(f"out must have the output dtype {dtype}, got {out.dtype}")
+    if softmax_scale is None:
+        softmax_scale = 1.0 / math.sqrt(q.shape[-1]) if q.shape[-1] > 0 else 1.0
+    left, right = _window(window_size)
+    lse = torch.ops.fp8attn.forward(
+        q, k, v, out, cu_seqlens_q, cu_seqlens_k, seqused_k, int(max_seqlen_q or 0), int(max_seqlen_k or 0),
+        block_table, float(softmax_scale), bool(causal), left, right, float(softcap), q_descale, k_descale,
+        v_descale, p_scale, out_scale, bool(return_softmax_lse), 0)
+    return (out, lse) if return_softmax_lse else out
+
+
+def write_kv_cache(key: torch.Tensor, value: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
+                   slot_mapping: torch.Tensor, k_scale: torch.Tensor | None = None,
+                   v_scale: torch.Tensor | None = None) -> None:
+    """Write new rows ``key``/``value`` ``[T, Hkv, D]`` into paged caches ``[num_blocks, block_size, Hkv, D]``
+    at ``slot_mapping`` (``block * block_size + offset``; negative slots are skipped). 16-bit rows going
+    into an FP8 cache are quantized as ``sat(x / scale)``."""
+    torch.ops.fp8attn.write_kv_cache(key, value, key_cache, value_cache, slot_mapping, k_scale, v_scale)

@@ -1,0 +1,59 @@
+"""FP8 quantization helpers: the scale conventions of fp8attn and of Quark checkpoints.
+
+All scales are *dequantization* scales, as in the checkpoints: ``real ≈ fp8 × scale``.
+"""
+
+from __future__ import annotations
+
+import torch
+
+FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e4m3fnuz)
+
+_FP8_MAX = {torch.float8_e4m3fn: 448.0, torch.float8_e4m3fnuz: 240.0}
+# A power of two, so p / p_scale is exact, and p = 1 maps to 256 (fn) or 128 (fnuz): the same bit
+# pattern in both types (fnuz codes are worth half), below either maximum.
+_DEFAULT_P_SCALE = {torch.float8_e4m3fn: 2.0**-8, torch.float8_e4m3fnuz: 2.0**-7}
+
+
+def check_fp8_dtype(dtype: torch.dtype, arg: str = "dtype") -> None:
+    """Raise TypeError unless ``dtype`` is float8_e4m3fn or float8_e4m3fnuz."""
+    if dtype not in FP8_DTYPES:
+        raise TypeError(f"{arg} must be torch.float8_e4m3fn or torch.float8_e4m3fnuz, got {dtype}")
+
+
+def fp8_max(dtype: torch.dtype) -> float:
+    """Largest finite value of the FP8 type (448 for e4m3fn, 240 for e4m3fnuz)."""
+    check_fp8_dtype(dtype)
+    return _FP8_MAX[dtype]
+
+
+def default_p_scale(dtype: torch.dtype) -> float:
+    """The P scale used when none is given: 2^-8 for e4m3fn, 2^-7 for e4m3fnuz."""
+    check_fp8_dtype(dtype)
+    return _DEFAULT_P_SCALE[dtype]
+
+
+def quantize(x: torch.Tensor, scale: torch.Tensor | float, dtype: torch.dtype) -> torch.Tensor:
+    """sat(x / scale) in ``dtype``: clamp to ±max, round to nearest even (NaN stays NaN)."""
+    m = fp8_max(dtype)
+    return (x.float() / scale).clamp(-m, m).to(dtype)
+
+
+def dequantize(x8: torch.Tensor, scale: torch.Tensor | float = 1.0) -> torch.Tensor:
+    """fp8 × scale in float32."""
+    return x8.float() * scale
+
+
+def amax_scale(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """Per-tensor dequantization scale amax(|x|) / max_F as a 1-element float32 tensor."""
+    amax = x.detach().abs().amax().float().clamp_min(1e-12)
+    return (amax / fp8_max(dtype)).reshape(1)
+
+
+def fn_scale_to_fnuz(scale: torch.Tensor | float) -> torch.Tensor | float:
+    """Convert a scale calibrated for e4m3fn to e4m3fnuz (×2, as vLLM does on MI300).
+
+    The same bit pattern is worth half as much in fnuz (exponent bias 8, not 7), so the scale that
+    maps those bits back to the same real value is twice as large.
+    """
+    return scale * 2

@@ -1,0 +1,193 @@
+"""Pure-PyTorch fp64 references.
+
+- ``ideal_attention``: exact attention on the dequantized FP8 inputs (no quantization of P or O).
+- ``quantized_attention``: the normative math of design.md §1 with every quantization point, tiled
+  over KV like the kernels (tiles aligned at multiples of ``kv_tile`` from key 0, ascending), so the
+  CPU and GPU implementations can be compared with it exactly.
+
+Both take the keyword arguments of ``fp8attn.forward``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import torch
+
+from .ops import resolve_out_dtype
+from .quant import FP8_DTYPES, default_p_scale, fp8_max
+
+__all__ = ["ideal_attention", "quantized_attention", "sequences"]
+
+_LOG2E = 1.0 / math.log(2.0)
+
+
+@dataclass
+class Sequence:
+    """One sequence of a call, unpacked: q8 ``[H, Sq, D]`` and k8/v8 ``[Hkv, Sk, D]`` as fp64 values of
+    their FP8 codes (not yet descaled), and where its rows live in q/out and lse."""
+
+    q8: torch.Tensor
+    k8: torch.Tensor
+    v8: torch.Tensor
+    q_rows: slice  # rows of q (varlen) or of the batch entry (dense)
+    b: int
+
+
+def _scale(t: torch.Tensor | None, heads: int) -> torch.Tensor:
+    if t is None:
+        return torch.ones(heads, dtype=torch.float64)
+    t = t.detach().double().cpu().reshape(-1)
+    return t.expand(heads) if t.numel() == 1 else t
+
+
+def sequences(q, k, v, *, cu_seqlens_q=None, cu_seqlens_k=None, seqused_k=None, block_table=None,
+              q_descale=None, **_) -> Iterator[Sequence]:
+    """Unpack a call's dense / varlen / paged layout into per-sequence fp64 tensors (q quantized to FP8
+    first when it is 16-bit, as the kernels do)."""
+    fp8 = k.dtype
+    q, k, v = q.detach().cpu(), k.detach().cpu(), v.detach().cpu()
+    H = q.shape[-2]
+    if q.dtype not in FP8_DTYPES:
+        qs = _scale(q_descale, H).float()
+        inv = (1.0 / qs).view(H, 1)
+        m = fp8_max(fp8)
+        q = (q.float() * inv).clamp(-m, m).to(fp8)
+    cu_q = cu_seqlens_q.cpu().tolist() if cu_seqlens_q is not None else None
+    cu_k = cu_seqlens_k.cpu().tolist() if cu_seqlens_k is not None else None
+    used = seqused_k.cpu().tolist() if seqused_k is not None else None
+    B = len(cu_q) - 1 if cu_q is not None else q.shape[0]
+    for b in range(B):
+        if cu_q is not None:
+            rows = slice(cu_q[b], cu_q[b + 1])
+            qb = q[rows]
+        else:
+            rows = slice(0, q.shape[1])
+            qb = q[b]
+        if block_table is not None:
+            n = used[b] if used is not None else cu_k[b + 1] - cu_k[b]
+            bs = k.shape[1]
+            blocks = block_table[b, : (n + bs - 1) // bs].cpu().long()
+            kb = k[blocks].reshape(-1, *k.shape[2:])[:n]
+            vb = v[blocks].reshape(-1, *v.shape[2:])[:n]
+        elif cu_k is not None:
+            n = used[b] if used is not None else cu_k[b + 1] - cu_k[b]
+            kb, vb = k[cu_k[b]: cu_k[b] + n], v[cu_k[b]: cu_k[b] + n]
+        else:
+            n = used[b] if used is not None else k.shape[1]
+            kb, vb = k[b, :n], v[b, :n]
+        yield Sequence(qb.double().transpose(0, 1), kb.double().transpose(0, 1), vb.double().transpose(0, 1), rows, b)
+
+
+def _logits(seq: Sequence, *, softmax_scale, softcap, q_descale, k_descale, causal, window_size) -> torch.Tensor:
+    """Scaled, soft-capped, masked logits ``[H, Sq, Sk]`` (natural units, -inf where masked)."""
+    H, Sq, D = seq.q8.shape
+    Hkv, Sk, _ = seq.k8.shape
+    g = H // Hkv
+    k8 = seq.k8.repeat_interleave(g, 0)
+    scale = softmax_scale if softmax_scale is not None else 1.0 / math.sqrt(D)
+    qk_scale = (_scale(q_descale, H) * _scale(k_descale, Hkv).repeat_interleave(g)).view(H, 1, 1)
+    s = torch.einsum("hqd,hkd->hqk", seq.q8, k8) * scale * qk_scale
+    if softcap:
+        s = softcap * torch.tanh(s / softcap)
+    left, right = window_size
+    if causal:
+        right = 0
+    i = torch.arange(Sq).view(-1, 1)
+    j = torch.arange(Sk).view(1, -1)
+    d = j - i - (Sk - Sq)
+    visible = torch.ones(Sq, Sk, dtype=torch.bool)
+    if right >= 0:
+        visible &= d <= right
+    if left >= 0:
+        visible &= -d <= left
+    return s.masked_fill(~visible, -math.inf)
+
+
+def _empty_like_outputs(q):
+    H = q.shape[-2]
+    lse_shape = (H, q.shape[0]) if q.dim() == 3 else (q.shape[0], H, q.shape[1])
+    return torch.zeros(q.shape, dtype=torch.float64), torch.full(lse_shape, -math.inf, dtype=torch.float64)
+
+
+def _place(o_all, lse_all, q, seq: Sequence, o, lse):
+    """Write one sequence's ``o [H, Sq, D]`` and ``lse [H, Sq]`` into the call-shaped outputs."""
+    if q.dim() == 3:
+        o_all[seq.q_rows] = o.transpose(0, 1)
+        lse_all[:, seq.q_rows] = lse
+    else:
+        o_all[seq.b, seq.q_rows] = o.transpose(0, 1)
+        lse_all[seq.b, :, seq.q_rows] = lse
+
+
+def ideal_attention(q, k, v, *, softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
+                    q_descale=None, k_descale=None, v_descale=None, **kw) -> tuple[torch.Tensor, torch.Tensor]:
+    """Exact fp64 attention on the dequantized inputs. Returns ``(O, lse)`` in fp64 (O is the real-valued
+    output, before any output quantization); rows with no visible key give 0 and lse = -inf."""
+    o_all, lse_all = _empty_like_outputs(q)
+    for seq in sequences(q, k, v, q_descale=q_descale, **kw):
+        s = _logits(seq, softmax_scale=softmax_scale, softcap=softcap, q_descale=q_descale, k_descale=k_descale,
+                    causal=causal, window_size=window_size)
+        H, Hkv = seq.q8.shape[0], seq.v8.shape[0]
+        v_real = (seq.v8 * _scale(v_descale, Hkv).view(Hkv, 1, 1)).repeat_interleave(H // Hkv, 0)
+        lse = torch.logsumexp(s, dim=-1)
+        p = torch.exp(s - lse.unsqueeze(-1)).nan_to_num(0.0)
+        o = p @ v_real
+        _place(o_all, lse_all, q, seq, o, lse)
+    return o_all, lse_all
+
+
+def quantized_attention(q, k, v, *, kv_tile: int | None = None, l_mode: str = "quantized", softmax_scale=None,
+                        causal=False, window_size=(-1, -1), softcap=0.0, q_descale=None, k_descale=None,
+                        v_descale=None, p_scale=None, out_scale=None, out_dtype=None,
+                        **kw) -> tuple[torch.Tensor, torch.Tensor]:
+    """design.md §1 in fp64 with every quantization point, tiled like the kernels.
+
+    Args:
+      kv_tile: KV tile length of the online softmax (None: one tile spanning all keys).
+      l_mode: ``"quantized"`` sums the FP8 values of P (numerator and denominator consistent, the
+        kernels' choice); ``"exact"`` sums the unquantized p (vLLM's ROCm Triton kernel).
+
+    Returns ``(out, lse)`` as ``forward`` does: out in the output dtype, lse float32.
+    """
+    if l_mode not in ("quantized", "exact"):
+        raise ValueError(f"l_mode must be 'quantized' or 'exact', got {l_mode!r}")
+    fp8 = k.dtype
+    dtype = resolve_out_dtype(q, k, out_scale, out_dtype)
+    ps = float(p_scale.reshape(-1)[0]) if p_scale is not None else default_p_scale(fp8)
+    inv_ps = float(torch.tensor(1.0 / ps, dtype=torch.float32))  # the kernels multiply by the fp32 reciprocal
+    pmax = fp8_max(fp8)
+    o_all, lse_all = _empty_like_outputs(q)
+    for seq in sequences(q, k, v, q_descale=q_descale, **kw):
+        s = _logits(seq, softmax_scale=softmax_scale, softcap=softcap, q_descale=q_descale, k_descale=k_descale,
+                    causal=causal, window_size=window_size) * _LOG2E
+        H, Sq, Sk = s.shape
+        Hkv, D = seq.v8.shape[0], seq.v8.shape[2]
+        v8 = seq.v8.repeat_interleave(H // Hkv, 0)
+        m = torch.full((H, Sq, 1), -math.inf, dtype=torch.float64)
+        l_sum = torch.zeros(H, Sq, 1, dtype=torch.float64)
+        acc = torch.zeros(H, Sq, D, dtype=torch.float64)
+        tile = kv_tile or max(Sk, 1)
+        for t0 in range(0, Sk, tile):
+            st = s[:, :, t0: t0 + tile]
+            m_new = torch.maximum(m, st.amax(-1, keepdim=True))
+            alpha = torch.exp2(m - m_new).nan_to_num(0.0)  # -inf - -inf: nothing seen yet
+            p = torch.exp2(st - m_new).nan_to_num(0.0)
+            p8 = (p * inv_ps).clamp(max=pmax).float().to(fp8).double()
+            l_tile = p8.sum(-1, keepdim=True) * ps if l_mode == "quantized" else p.sum(-1, keepdim=True)
+            l_sum = l_sum * alpha + l_tile
+            acc = acc * alpha + p8 @ v8[:, t0: t0 + tile]
+            m = m_new
+        v_scale = _scale(v_descale, Hkv).repeat_interleave(H // Hkv).view(H, 1, 1)
+        empty = m == -math.inf
+        o = torch.where(empty, 0.0, acc * ps * v_scale / l_sum.clamp_min(1e-300))
+        lse = torch.where(empty, -math.inf, m / _LOG2E + torch.log(l_sum.clamp_min(1e-300))).squeeze(-1)
+        _place(o_all, lse_all, q, seq, o, lse)
+    if dtype in FP8_DTYPES:
+        osc = float(out_scale.reshape(-1)[0])
+        out = (o_all / osc).clamp(-pmax, pmax).float().to(dtype)
+    else:
+        out = o_all.to(dtype)
+    return out, lse_all.float()
