@@ -1,7 +1,9 @@
 #include "fwd_args.h"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
+#include <vector>
 
 #include "kernels/numeric/fp8.h"
 
@@ -51,7 +53,6 @@ int32_t check_scale(const std::optional<at::Tensor>& t, const at::Tensor& q, con
 void check_cu_seqlens(const at::Tensor& cu, const char* name, int64_t batch, int64_t total, bool exact_total) {
   TORCH_CHECK_VALUE(cu.numel() == batch + 1, name, " must have batch + 1 = ", batch + 1, " elements, got ",
                     cu.numel());
-  if (!cu.device().is_cpu()) return;
   const at::Tensor c = cu.contiguous();
   const int32_t* p = c.data_ptr<int32_t>();
   TORCH_CHECK_VALUE(p[0] == 0, name, "[0] must be 0, got ", p[0]);
@@ -195,35 +196,53 @@ FwdPlan make_fwd_params(const FwdArgs& a) {
   check_scale(a.p_scale, q, "p_scale", 1);
   check_scale(a.out_scale, q, "out_scale", 1);
 
-  // ---- index values (host tensors; device ones are checked by the Python wrapper when it syncs)
+  // ---- index values. Host tensors are always checked. Device ones only when the caller left a
+  // max_seqlen unknown (0): deriving it needs a host copy anyway, so the copy is checked too. With
+  // both bounds given the op never synchronises (graph capture), and the kernels clamp instead.
   const int64_t T = varlen_q ? q.size(0) : 0;
-  if (varlen_q) check_cu_seqlens(*a.cu_seqlens_q, "cu_seqlens_q", B, T, true);
-  if (a.cu_seqlens_k) check_cu_seqlens(*a.cu_seqlens_k, "cu_seqlens_k", B, varlen_k ? k.size(0) : -1, false);
+  const bool sync_ok = (varlen_q && a.max_seqlen_q == 0) || ((paged || varlen_k) && a.max_seqlen_k == 0);
+  auto host = [&](const std::optional<at::Tensor>& t) -> std::optional<at::Tensor> {
+    if (!t) return std::nullopt;
+    if (t->device().is_cpu()) return t->contiguous();
+    if (sync_ok) return t->cpu().contiguous();
+    return std::nullopt;
+  };
+  const auto cu_q = host(a.cu_seqlens_q), cu_k = host(a.cu_seqlens_k), used_k = host(a.seqused_k),
+             table = host(a.block_table);
+  if (cu_q) check_cu_seqlens(*cu_q, "cu_seqlens_q", B, T, true);
+  if (cu_k) check_cu_seqlens(*cu_k, "cu_seqlens_k", B, varlen_k ? k.size(0) : -1, varlen_k);
   const int64_t max_blocks = paged ? a.block_table->size(1) : 0;
-  const int64_t k_capacity = paged ? max_blocks * k.size(1) : (varlen_k ? k.size(0) : k.size(1));
-  if (a.seqused_k && a.seqused_k->device().is_cpu()) {
-    const at::Tensor s = a.seqused_k->contiguous();
-    const int32_t* ps = s.data_ptr<int32_t>();
-    for (int64_t b = 0; b < B; ++b) {
-      int64_t avail = k_capacity;
-      if (varlen_k) avail = a.cu_seqlens_k->data_ptr<int32_t>()[b + 1] - a.cu_seqlens_k->data_ptr<int32_t>()[b];
-      TORCH_CHECK_VALUE(ps[b] >= 0 && ps[b] <= avail, "seqused_k[", b, "] = ", ps[b], " must be in [0, ", avail, "]");
-    }
+  // Keys available to each sequence (and its used length) where known on the host.
+  std::vector<int64_t> k_lens;
+  if (!paged && !varlen_k) {
+    k_lens.assign(B, k.size(1));
+  } else if (cu_k) {
+    const int32_t* c = cu_k->data_ptr<int32_t>();
+    for (int64_t b = 0; b < B; ++b) k_lens.push_back(c[b + 1] - c[b]);
+  } else if (paged && used_k) {
+    k_lens.assign(B, max_blocks * k.size(1));
   }
-  if (paged && a.block_table->device().is_cpu() && (!a.seqused_k || a.seqused_k->device().is_cpu()) &&
-      (a.seqused_k || a.cu_seqlens_k->device().is_cpu())) {
-    const int64_t bs = k.size(1), nb = k.size(0);
-    const at::Tensor lens = a.seqused_k ? a.seqused_k->contiguous() : a.cu_seqlens_k->diff().contiguous();
-    const int32_t* pl = lens.data_ptr<int32_t>();
-    const int32_t* bt = a.block_table->data_ptr<int32_t>();
-    const int64_t bt_stride = a.block_table->stride(0);
+  if (used_k && !k_lens.empty()) {
+    const int32_t* u = used_k->data_ptr<int32_t>();
     for (int64_t b = 0; b < B; ++b) {
-      const int64_t need = (static_cast<int64_t>(pl[b]) + bs - 1) / bs;
+      TORCH_CHECK_VALUE(u[b] >= 0 && u[b] <= k_lens[b], "seqused_k[", b, "] = ", u[b], " must be in [0, ", k_lens[b],
+                        "]");
+      k_lens[b] = u[b];
+    }
+  } else if (a.seqused_k) {
+    k_lens.clear();  // the used lengths are on the device and unknown here
+  }
+  if (paged && table && !k_lens.empty()) {
+    const int64_t bs = k.size(1), nb = k.size(0);
+    const int32_t* bt = table->data_ptr<int32_t>();
+    for (int64_t b = 0; b < B; ++b) {
+      const int64_t need = (k_lens[b] + bs - 1) / bs;
       TORCH_CHECK_VALUE(need <= max_blocks, "sequence ", b, " needs ", need, " cache blocks but block_table has ",
                         max_blocks, " columns");
       for (int64_t i = 0; i < need; ++i) {
-        const int32_t blk = bt[b * bt_stride + i];
-        TORCH_CHECK_VALUE(blk >= 0 && blk < nb, "block_table[", b, ", ", i, "] = ", blk, " is out of range [0, ", nb, ")");
+        const int32_t blk = bt[b * max_blocks + i];
+        TORCH_CHECK_VALUE(blk >= 0 && blk < nb, "block_table[", b, ", ", i, "] = ", blk, " is out of range [0, ", nb,
+                          ")");
       }
     }
   }
@@ -273,18 +292,16 @@ FwdPlan make_fwd_params(const FwdArgs& a) {
   p.num_heads_k = static_cast<int32_t>(Hkv);
   p.head_dim = static_cast<int32_t>(D);
   p.total_q = static_cast<int32_t>(T);
-  // Host-resident index tensors give exact maxima; otherwise trust the caller's bounds.
+  // Exact maxima where the lengths are known on the host; otherwise the caller's bounds.
   if (varlen_q) {
-    p.seqlen_q = static_cast<int32_t>(a.cu_seqlens_q->device().is_cpu() ? max_diff(*a.cu_seqlens_q) : a.max_seqlen_q);
+    p.seqlen_q = static_cast<int32_t>(cu_q ? max_diff(*cu_q) : a.max_seqlen_q);
   } else {
     p.seqlen_q = static_cast<int32_t>(q.size(1));
   }
   if (!paged && !varlen_k) {
     p.seqlen_k = static_cast<int32_t>(k.size(1));
-  } else if (a.seqused_k && a.seqused_k->device().is_cpu()) {
-    p.seqlen_k = a.seqused_k->numel() ? a.seqused_k->max().item<int32_t>() : 0;
-  } else if (!a.seqused_k && a.cu_seqlens_k->device().is_cpu()) {
-    p.seqlen_k = static_cast<int32_t>(max_diff(*a.cu_seqlens_k));
+  } else if (!k_lens.empty()) {
+    p.seqlen_k = static_cast<int32_t>(*std::max_element(k_lens.begin(), k_lens.end()));
   } else {
     p.seqlen_k = static_cast<int32_t>(a.max_seqlen_k);
   }
