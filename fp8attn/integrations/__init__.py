@@ -1,0 +1,1 @@
+"""Integrations of fp8attn with serving frameworks. Each subpackage imports its framework lazily."""
