@@ -315,8 +315,10 @@ def test_mixed_batch_matches_unpaged_reference(vllm_config, layout, window, soft
     except ImportError:
         return
     L = batch.layer
+    k8 = quantize(torch.cat(batch.k), L._k_scale, FP8)
+    v8 = quantize(torch.cat(batch.v), L._v_scale, FP8)
     ideal, _ = ideal_attention(
-        batch.q[: batch.T], quantize(torch.cat(batch.k), L._k_scale, FP8), quantize(torch.cat(batch.v), L._v_scale, FP8),
+        batch.q[: batch.T], k8, v8,
         cu_seqlens_q=batch.cu_q, cu_seqlens_k=batch.cu_k, max_seqlen_q=max(batch.qlen), max_seqlen_k=max(batch.seq),
         softmax_scale=impl.scale, causal=True, window_size=impl.sliding_window, softcap=impl.logits_soft_cap,
         q_descale=L._q_scale, k_descale=L._k_scale, v_descale=L._v_scale)
