@@ -1,0 +1,147 @@
+// NVIDIA warp-level atoms for the FP8 attention pipeline (sm_89 / sm_90, and a portable fallback).
+//
+//  * MmaFp8<K>::mma: D(16x8, f32) += A(16x32, fp8, row) * B(32x8, fp8, col), PTX fragment layout
+//    of mma.m16n8k32 (lane = 4*g + t): a[0] = A[g][4t..4t+3], a[1] = A[g+8][4t..], a[2] = A[g][16+4t..],
+//    a[3] = A[g+8][16+4t..]; b[0] = B[4t..4t+3][g], b[1] = B[16+4t..][g]; c = D[g][2t,2t+1], D[g+8][2t,2t+1].
+//    e4m3fn on sm_89+ is the native e4m3 mma.sync. e4m3fnuz (and any arch below sm_89) decodes each
+//    byte exactly to fp16 and issues two m16n8k16 f16 mmas: every e4m3 value and every product of two
+//    is exact in fp16/fp32, so both paths compute the same products; only fp32 summation order differs.
+//    (The k index of the two f16 mmas is permuted, identically for A and B, which leaves the sum alone.)
+//  * PQuant<K>::quantize4: four probabilities -> four FP8 codes packed in a u32 (byte i = p[i]) plus
+//    the values they decode to; hardware cvt.rn.satfinite.e4m3x2.f32 on sm_89+ for fn (same bits as
+//    numeric/fp8.h's fp8_encode: RNE, saturating, NaN kept), the shared software encoder otherwise.
+//  * cp.async / ldmatrix wrappers.
+#pragma once
+#include <cstdint>
+
+#include "../common.h"
+#include "../numeric/fp8.h"
+#include "../numeric/half.h"
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+#define FP8ATTN_NV_FP8_MMA 1
+#else
+#define FP8ATTN_NV_FP8_MMA 0
+#endif
+
+namespace fp8attn {
+namespace nv {
+
+FP8ATTN_DEVICE uint32_t smem_addr(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
+
+// 16-byte global -> shared copy; when !pred nothing is read and the destination is zero-filled.
+FP8ATTN_DEVICE void cp_async_16(void* smem, const void* gmem, bool pred) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(smem)), "l"(gmem),
+               "r"(pred ? 16 : 0));
+}
+FP8ATTN_DEVICE void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+FP8ATTN_DEVICE void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+// Four 8x8 b16 matrices; lanes 8i..8i+7 give the row addresses of matrix i; r[i] = its fragment
+// (lane 4g+t holds bytes 4t..4t+3 of row g) -- exactly the fp8 A/B fragment registers above.
+FP8ATTN_DEVICE void ldmatrix_x4(uint32_t r[4], const void* smem_row) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_addr(smem_row)));
+}
+
+FP8ATTN_DEVICE void mma_f16_16816(float c[4], const uint32_t a[4], const uint32_t b[2]) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+// Exact e4m3 -> fp16 of the two low (hi = false) or high bytes of x, packed as half2 bits. The
+// e4m3 exponent/mantissa bits shifted into fp16 position read as value * 2^(bias - 15) for normals
+// and subnormals alike; one exact f16x2 multiply by 2^(15 - bias) restores the value. (NaN codes
+// become finite here: NaN inputs are not supported on this path.)
+template <Fp8Kind K>
+FP8ATTN_DEVICE uint32_t fp8x2_to_half2(uint32_t x, bool hi) {
+  const uint32_t v = __byte_perm(x, 0u, hi ? 0x4342 : 0x4140);  // [b, 0, b', 0]
+  const uint32_t h = ((v & 0x007f007fu) << 7) | ((v & 0x00800080u) << 8);
+  constexpr uint32_t kScale = K == Fp8Kind::E4M3FN ? 0x5c005c00u : 0x58005800u;  // 2^8 / 2^7 in f16x2
+  uint32_t r;
+  asm("mul.rn.f16x2 %0, %1, %2;\n" : "=r"(r) : "r"(h), "r"(kScale));
+  return r;
+}
+
+template <Fp8Kind K>
+struct MmaFp8 {
+  FP8ATTN_DEVICE static void mma(float c[4], const uint32_t a[4], const uint32_t b[2]) {
+#if FP8ATTN_NV_FP8_MMA
+    if constexpr (K == Fp8Kind::E4M3FN) {
+      asm volatile(
+          "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+          "{%0,%1,%2,%3};\n"
+          : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+          : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+    } else
+#endif
+    {
+      mma_via_f16(c, a, b);
+    }
+  }
+
+  // Portable path: f16 fragment of m16n8k16 for lane (g, t) holds k = {2t, 2t+1, 8+2t, 9+2t} of
+  // rows g / g+8 (A) and of column g (B); map them to fp8 bytes {0,1,2,3} of the same register.
+  FP8ATTN_DEVICE static void mma_via_f16(float c[4], const uint32_t a[4], const uint32_t b[2]) {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const uint32_t ah[4] = {fp8x2_to_half2<K>(a[2 * half], false), fp8x2_to_half2<K>(a[2 * half + 1], false),
+                              fp8x2_to_half2<K>(a[2 * half], true), fp8x2_to_half2<K>(a[2 * half + 1], true)};
+      const uint32_t bh[2] = {fp8x2_to_half2<K>(b[half], false), fp8x2_to_half2<K>(b[half], true)};
+      mma_f16_16816(c, ah, bh);
+    }
+  }
+};
+
+template <Fp8Kind K>
+struct PQuant {
+  float inv_p_scale;
+  // Codes of sat(p[i] * inv_p_scale) packed little-endian; pq[i] = their values.
+  FP8ATTN_DEVICE uint32_t quantize4(const float p[4], float pq[4]) const {
+#if FP8ATTN_NV_FP8_MMA
+    if constexpr (K == Fp8Kind::E4M3FN) {
+      uint16_t lo, hi;
+      asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;\n" : "=h"(lo) : "f"(p[1] * inv_p_scale), "f"(p[0] * inv_p_scale));
+      asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;\n" : "=h"(hi) : "f"(p[3] * inv_p_scale), "f"(p[2] * inv_p_scale));
+      uint32_t h01, h23;
+      asm("cvt.rn.f16x2.e4m3x2 %0, %1;\n" : "=r"(h01) : "h"(lo));
+      asm("cvt.rn.f16x2.e4m3x2 %0, %1;\n" : "=r"(h23) : "h"(hi));
+      asm("{\n.reg .f16 a, b;\nmov.b32 {a, b}, %2;\ncvt.f32.f16 %0, a;\ncvt.f32.f16 %1, b;\n}\n"
+          : "=f"(pq[0]), "=f"(pq[1]) : "r"(h01));
+      asm("{\n.reg .f16 a, b;\nmov.b32 {a, b}, %2;\ncvt.f32.f16 %0, a;\ncvt.f32.f16 %1, b;\n}\n"
+          : "=f"(pq[2]), "=f"(pq[3]) : "r"(h23));
+      return static_cast<uint32_t>(lo) | (static_cast<uint32_t>(hi) << 16);
+    } else
+#endif
+    {
+      uint32_t r = 0;
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const uint8_t c = fp8_encode<K>(p[i] * inv_p_scale);
+        pq[i] = fp8_decode<K>(c);
+        r |= static_cast<uint32_t>(c) << (8 * i);
+      }
+      return r;
+    }
+  }
+};
+
+// 4x4 byte transpose: in[r] holds bytes (r, 0..3); out[c] holds bytes (0..3, c).
+FP8ATTN_DEVICE void transpose4x4_bytes(const uint32_t in[4], uint32_t out[4]) {
+  const uint32_t t01lo = __byte_perm(in[0], in[1], 0x5140), t01hi = __byte_perm(in[0], in[1], 0x7362);
+  const uint32_t t23lo = __byte_perm(in[2], in[3], 0x5140), t23hi = __byte_perm(in[2], in[3], 0x7362);
+  out[0] = __byte_perm(t01lo, t23lo, 0x5410);
+  out[1] = __byte_perm(t01lo, t23lo, 0x7632);
+  out[2] = __byte_perm(t01hi, t23hi, 0x5410);
+  out[3] = __byte_perm(t01hi, t23hi, 0x7632);
+}
+
+}  // namespace nv
+}  // namespace fp8attn

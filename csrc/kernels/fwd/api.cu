@@ -1,0 +1,53 @@
+// Host-side helpers of the GPU forward kernels (compiled once; no kernels here).
+#include "api.h"
+
+#include <algorithm>
+
+#include "policy.h"
+
+namespace fp8attn {
+
+namespace {
+bool aligned16(const void* ptr, int64_t s0, int64_t s1, int64_t s2, int64_t elem_bytes) {
+  return reinterpret_cast<uintptr_t>(ptr) % 16 == 0 && (s0 * elem_bytes) % 16 == 0 && (s1 * elem_bytes) % 16 == 0 &&
+         (s2 * elem_bytes) % 16 == 0;
+}
+}  // namespace
+
+const FwdInstance* find_fwd_instance(int32_t head_dim, Fp8Kind kind, MaskKind mask) {
+  int n = 0;
+  const FwdInstance* all = fwd_instances(&n);
+  for (int i = 0; i < n; ++i)
+    if (all[i].head_dim == head_dim && all[i].fp8_kind == kind && all[i].mask == mask) return &all[i];
+  return nullptr;
+}
+
+const char* fwd_unsupported_reason(const FwdParams& p) {
+  if (p.kv_tile != 0 && p.kv_tile != kGpuKvTile) return "kv_tile must be 0 or 64 on the GPU";
+  if (p.head_dim % 16 != 0) return "head_dim must be a multiple of 16 on the GPU";
+  if (!aligned16(p.k, p.k_batch_stride, p.k_row_stride, p.k_head_stride, 1))
+    return "k must be 16-byte aligned with strides that are multiples of 16 bytes";
+  if (!aligned16(p.v, p.v_batch_stride, p.v_row_stride, p.v_head_stride, 1))
+    return "v must be 16-byte aligned with strides that are multiples of 16 bytes";
+  const int64_t qb = p.q_type == ElemType::FP8 ? 1 : 2;
+  if (!aligned16(p.q, p.q_batch_stride, p.q_row_stride, p.q_head_stride, qb))
+    return "q must be 16-byte aligned with strides that are multiples of 16 bytes";
+  const int64_t group = p.num_heads_k > 0 ? p.num_heads / p.num_heads_k : 0;
+  const int64_t m_blocks = (static_cast<int64_t>(p.seqlen_q) * group + 63) / 64;
+  if (m_blocks * p.batch * p.num_heads_k >= (int64_t{1} << 31)) return "too many query rows for one launch";
+  if (p.batch > 65535) return "batch must be at most 65535 on the GPU";
+  return nullptr;
+}
+
+int32_t choose_num_splits(const FwdParams& p, int32_t num_sm) {
+  const int64_t group = p.num_heads / p.num_heads_k;
+  const int64_t m_blocks = (static_cast<int64_t>(p.seqlen_q) * group + 63) / 64;
+  const int64_t blocks = m_blocks * p.batch * p.num_heads_k;
+  const int64_t tiles = (static_cast<int64_t>(p.seqlen_k) + kGpuKvTile - 1) / kGpuKvTile;
+  if (blocks <= 0 || num_sm <= 0 || blocks >= num_sm || tiles < 8) return 1;
+  // Fill about two waves of blocks, with at least 4 tiles (256 keys) per split.
+  const int64_t want = (2 * num_sm + blocks - 1) / blocks;
+  return static_cast<int32_t>(std::max<int64_t>(1, std::min<int64_t>({want, tiles / 4, 64})));
+}
+
+}  // namespace fp8attn

@@ -1,0 +1,149 @@
+// The Kernel of the forward pass: grid mapping, per-sequence addressing (dense / varlen / paged
+// through SeqInfo), GQA row packing, split-KV, and the combine kernel of flash-decoding.
+//
+// Grid: x = (batch * kv_heads) * m_blocks, m fastest (the blocks that share one K/V stream run
+// together; m reversed so that the longest causal blocks start first); y = KV split.
+// Rows: a block owns 64 "packed" rows of one (batch, kv head): packed row m is query row m / G of
+// q head hkv*G + m % G (G = H / H_kv), so GQA/MQA heads share each K/V tile load, and decode
+// (q_len 1..16) still fills the MMA rows.
+#pragma once
+#include <cmath>
+#include <cstdint>
+
+#include "epilogue.h"
+#include "pipeline.h"
+
+namespace fp8attn {
+
+template <class Problem, class Policy>
+__global__ void __launch_bounds__(Policy::kThreads) fwd_kernel(const __grid_constant__ FwdParams p) {
+  using Pipe = FwdPipeline<Problem, Policy>;
+  extern __shared__ __align__(128) uint8_t smem[];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+
+  BlockCtx c;
+  c.group = p.num_heads / p.num_heads_k;
+  const int32_t m_blocks = (p.seqlen_q * c.group + Policy::kBlockM - 1) / Policy::kBlockM;
+  const int32_t bh = blockIdx.x / m_blocks;
+  c.b = bh / p.num_heads_k;
+  c.hkv = bh % p.num_heads_k;
+  c.seq = SeqInfo::make(p, c.b);
+  c.rows = c.seq.q_len * c.group;
+  c.m0 = (m_blocks - 1 - static_cast<int32_t>(blockIdx.x % m_blocks)) * Policy::kBlockM;
+  if (c.m0 >= c.rows) return;
+  c.qrow0 = c.m0 / c.group;
+  c.qrow1 = (min(c.m0 + Policy::kBlockM, c.rows) - 1) / c.group + 1;
+  c.mask = Mask::make(p.window_left, p.window_right, p.is_causal, c.seq.q_len, c.seq.k_len);
+  int32_t kb = 0, ke = c.seq.k_len;
+  if (Problem::kHasMask) c.mask.key_range(c.qrow0, c.qrow1, &kb, &ke);
+  const int32_t t_lo = kb / Policy::kBlockN, t_hi = ke > kb ? (ke + Policy::kBlockN - 1) / Policy::kBlockN : t_lo;
+  const int32_t per = (t_hi - t_lo + p.num_splits - 1) / p.num_splits;
+  c.tile_begin = min(t_hi, t_lo + static_cast<int32_t>(blockIdx.y) * per);
+  c.tile_end = min(t_hi, c.tile_begin + per);
+
+  // The thread's two rows, their heads and logits transforms (scales are per q head / kv head).
+  const float k_descale = p.k_descale ? p.k_descale[c.hkv * p.k_descale_head_stride] : 1.f;
+  int32_t mrow[2], qrow[2], head[2];
+  LogitsTransform logits[2];
+#pragma unroll
+  for (int ri = 0; ri < 2; ++ri) {
+    mrow[ri] = c.m0 + warp * 16 + g + 8 * ri;
+    const int32_t mr = min(mrow[ri], c.rows - 1);
+    qrow[ri] = mr / c.group;
+    head[ri] = c.hkv * c.group + mr % c.group;
+    const float q_descale = p.q_descale ? p.q_descale[head[ri] * p.q_descale_head_stride] : 1.f;
+    logits[ri] = LogitsTransform::make(p.softmax_scale, q_descale * k_descale, p.softcap);
+  }
+  const float p_scale = p.p_scale_ptr ? *p.p_scale_ptr : p.p_scale_default;
+  const typename Policy::PQuant pq{1.f / p_scale};
+
+  Pipe::load_q(p, c, smem + Policy::kOffQ);
+  Pipe::zero_k_pad(smem + Policy::kOffK);
+
+  FwdState<Policy> st;
+#pragma unroll
+  for (int n = 0; n < Policy::kNTilesO; ++n) st.acc[n][0] = st.acc[n][1] = st.acc[n][2] = st.acc[n][3] = 0.f;
+  st.m[0] = st.m[1] = -INFINITY;
+  st.l[0] = st.l[1] = 0.f;
+  Pipe::run(p, c, qrow, logits, pq, smem, st);  // its first barrier publishes Q and the K pad
+
+  // ---- epilogue
+  const float v_descale = p.v_descale ? p.v_descale[c.hkv * p.v_descale_head_stride] : 1.f;
+  const OutputTransform<Problem::kFp8> ot = OutputTransform<Problem::kFp8>::make(p);
+  const bool split = p.num_splits > 1;
+#pragma unroll
+  for (int ri = 0; ri < 2; ++ri) {
+    float l = st.l[ri];
+    l += __shfl_xor_sync(0xffffffffu, l, 1);
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    if (mrow[ri] >= c.rows) continue;
+    const bool empty = st.m[ri] == -INFINITY;
+    const float o_scale = empty ? 0.f : v_descale / l;
+    const float lse = empty ? -INFINITY : lse_of(st.m[ri], l, p_scale);
+    if (!split) {
+      const int64_t off = out_offset(p, c.b, qrow[ri], head[ri]);
+#pragma unroll
+      for (int n = 0; n < Policy::kNTilesO; ++n) {
+        ot.store(p.out, off + 8 * n + 2 * t, st.acc[n][2 * ri] * o_scale);
+        ot.store(p.out, off + 8 * n + 2 * t + 1, st.acc[n][2 * ri + 1] * o_scale);
+      }
+      if (p.lse && t == 0)
+        p.lse[c.seq.lse_offset + static_cast<int64_t>(head[ri]) * p.lse_head_stride +
+              static_cast<int64_t>(qrow[ri]) * p.lse_row_stride] = lse;
+    } else {
+      const int64_t row = (static_cast<int64_t>(blockIdx.y) * flat_rows(p) + flat_row(p, c.b, qrow[ri])) * p.num_heads +
+                          head[ri];
+      float* o = p.o_accum + row * p.head_dim;
+#pragma unroll
+      for (int n = 0; n < Policy::kNTilesO; ++n)
+        *reinterpret_cast<float2*>(o + 8 * n + 2 * t) =
+            make_float2(st.acc[n][2 * ri] * o_scale, st.acc[n][2 * ri + 1] * o_scale);
+      if (t == 0) p.lse_accum[row] = lse;
+    }
+  }
+}
+
+// Flash-decoding combine: one warp per (query row, head) merges the splits' normalized partial
+// outputs with weights exp(lse_s - max lse), then applies the output transform and writes lse.
+constexpr int kCombineWarps = 4;
+
+template <Fp8Kind K>
+__global__ void __launch_bounds__(32 * kCombineWarps) fwd_combine_kernel(const __grid_constant__ FwdParams p) {
+  const int lane = threadIdx.x % 32;
+  const int32_t b = blockIdx.y;
+  const int64_t idx = static_cast<int64_t>(blockIdx.x) * kCombineWarps + threadIdx.x / 32;
+  const SeqInfo seq = SeqInfo::make(p, b);
+  if (idx >= static_cast<int64_t>(seq.q_len) * p.num_heads) return;
+  const int32_t qrow = static_cast<int32_t>(idx / p.num_heads), h = static_cast<int32_t>(idx % p.num_heads);
+  const int64_t split_stride = flat_rows(p) * p.num_heads;
+  const int64_t row0 = flat_row(p, b, qrow) * p.num_heads + h;
+  const int S = p.num_splits;
+
+  float mx = -INFINITY;
+  for (int s = lane; s < S; s += 32) mx = fmaxf(mx, p.lse_accum[s * split_stride + row0]);
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+  float wsum = 0.f;
+  if (mx != -INFINITY)
+    for (int s = lane; s < S; s += 32) wsum += expf(p.lse_accum[s * split_stride + row0] - mx);
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) wsum += __shfl_xor_sync(0xffffffffu, wsum, o);
+
+  const OutputTransform<K> ot = OutputTransform<K>::make(p);
+  const int64_t off = out_offset(p, b, qrow, h);
+  const float inv_wsum = mx == -INFINITY ? 0.f : 1.f / wsum;
+  for (int d = lane; d < p.head_dim; d += 32) {
+    float o = 0.f;
+    if (mx != -INFINITY)
+      for (int s = 0; s < S; ++s) {
+        const float ls = p.lse_accum[s * split_stride + row0];
+        if (ls != -INFINITY) o += expf(ls - mx) * p.o_accum[(s * split_stride + row0) * p.head_dim + d];
+      }
+    ot.store(p.out, off + d, o * inv_wsum);
+  }
+  if (p.lse && lane == 0)
+    p.lse[seq.lse_offset + static_cast<int64_t>(h) * p.lse_head_stride + static_cast<int64_t>(qrow) * p.lse_row_stride] =
+        mx == -INFINITY ? -INFINITY : mx + logf(wsum);
+}
+
+}  // namespace fp8attn

@@ -1,0 +1,256 @@
+// The block Pipeline of the forward pass (ck_tile style): the KV loop of one block of 64 packed
+// query rows. Per KV tile of kBlockN keys, in ascending key order (the order fixes where P is
+// quantized, so it matches the CPU implementation tile for tile):
+//   S = q8 . k8^T (fp32, fp8 mma)  ->  s = LogitsTransform(S), -inf where masked
+//   m_new = max(m, rowmax s); alpha = exp2(m - m_new); p = exp2(s - m_new)
+//   p8 = sat(p / p_scale) (PQuant: the variant's PQuantize);  l = l*alpha + sum p8;  acc = acc*alpha + p8 . v8
+// The loop knows nothing about layouts (BlockCtx addresses keys) or the output (the Epilogue).
+#pragma once
+#include <cmath>
+#include <cstdint>
+
+#include "../mask.h"
+#include "../seqinfo.h"
+#include "../variant.h"
+#include "policy.h"
+
+namespace fp8attn {
+
+// What the Kernel tells the Pipeline about its block: the sequence, its rows and the tile range.
+struct BlockCtx {
+  SeqInfo seq;
+  Mask mask;
+  int32_t b, hkv, group;      // batch, kv head, q heads per kv head
+  int32_t rows;               // packed rows of this (b, hkv): q_len * group
+  int32_t m0;                 // first packed row of the block
+  int32_t qrow0, qrow1;       // query rows the block touches [qrow0, qrow1)
+  int32_t tile_begin, tile_end;  // KV tiles this block (split) processes
+};
+
+// Per-thread state: lane (g, t) of warp w owns packed rows m0 + 16w + g and + 8.
+template <class Policy>
+struct FwdState {
+  float acc[Policy::kNTilesO][4];
+  float m[2], l[2];
+};
+
+template <class Problem, class Policy>
+struct FwdPipeline {
+  static constexpr int kBN = Policy::kBlockN;
+  static constexpr int kD = Policy::kD;
+  static constexpr int kThreads = Policy::kThreads;
+  using Mma = typename Policy::Mma;
+
+  // ---- loads -------------------------------------------------------------------------------
+  // q rows of the block -> shared memory as fp8 codes (quantized with 1/q_descale when 16-bit).
+  FP8ATTN_DEVICE static void load_q(const FwdParams& p, const BlockCtx& c, uint8_t* sQ) {
+    for (int i = threadIdx.x; i < Policy::kBlockM * (Policy::kDPad / 16); i += kThreads) {
+      const int r = i / (Policy::kDPad / 16), ch = i % (Policy::kDPad / 16);
+      const int mrow = c.m0 + r;
+      uint4 val = make_uint4(0, 0, 0, 0);
+      if (mrow < c.rows && ch < Policy::kChunks) {
+        const int32_t qrow = mrow / c.group, h = c.hkv * c.group + mrow % c.group;
+        const int64_t off = c.seq.q_offset + static_cast<int64_t>(qrow) * p.q_row_stride +
+                            static_cast<int64_t>(h) * p.q_head_stride + ch * 16;
+        if (p.q_type == ElemType::FP8) {
+          val = *reinterpret_cast<const uint4*>(static_cast<const uint8_t*>(p.q) + off);
+        } else {
+          const float inv = 1.f / (p.q_descale ? p.q_descale[h * p.q_descale_head_stride] : 1.f);
+          const uint4* src = reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(p.q) + off);
+          const uint4 lo = src[0], hi = src[1];
+          const uint32_t w[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+          uint32_t out[4] = {0, 0, 0, 0};
+#pragma unroll
+          for (int e = 0; e < 16; ++e) {
+            const uint16_t bits = static_cast<uint16_t>(w[e / 2] >> (16 * (e & 1)));
+            const float x = p.q_type == ElemType::BF16 ? bf16_decode(bits) : fp16_decode(bits);
+            out[e / 4] |= static_cast<uint32_t>(fp8_encode<Problem::kFp8>(x * inv)) << (8 * (e & 3));
+          }
+          val = make_uint4(out[0], out[1], out[2], out[3]);
+        }
+      }
+      *reinterpret_cast<uint4*>(sQ + r * Policy::kRowStride + ch * 16) = val;
+    }
+  }
+
+  // Zero the K pad columns [D, DPad) of both stages once (cp.async never writes them).
+  FP8ATTN_DEVICE static void zero_k_pad(uint8_t* sK) {
+    if constexpr (Policy::kDPad != kD) {
+      constexpr int kPadChunks = (Policy::kDPad - kD) / 16;
+      for (int i = threadIdx.x; i < 2 * kBN * kPadChunks; i += kThreads) {
+        const int r = i / kPadChunks, ch = i % kPadChunks;
+        *reinterpret_cast<uint4*>(sK + r * Policy::kRowStride + kD + ch * 16) = make_uint4(0, 0, 0, 0);
+      }
+    }
+  }
+
+  // Issue the cp.async copies of KV tile `tile` (K rows permuted, V rows natural); keys at or past
+  // k_len are zero-filled and never read from memory (their cache slots may hold anything).
+  FP8ATTN_DEVICE static void load_kv(const FwdParams& p, const BlockCtx& c, int tile, uint8_t* sK, uint8_t* sV) {
+    const uint8_t* kbase = static_cast<const uint8_t*>(p.k) + static_cast<int64_t>(c.hkv) * p.k_head_stride;
+    const uint8_t* vbase = static_cast<const uint8_t*>(p.v) + static_cast<int64_t>(c.hkv) * p.v_head_stride;
+    for (int i = threadIdx.x; i < kBN * Policy::kChunks; i += kThreads) {
+      const int r = i / Policy::kChunks, ch = i % Policy::kChunks;
+      const int32_t key = tile * kBN + r;
+      const bool ok = key < c.seq.k_len;
+      const int64_t koff = ok ? c.seq.key_offset(p, key, false) : 0;
+      const int64_t voff = ok ? c.seq.key_offset(p, key, true) : 0;
+      nv::cp_async_16(sK + Policy::k_row(r) * Policy::kRowStride + ch * 16, kbase + koff + ch * 16, ok);
+      nv::cp_async_16(sV + r * Policy::kRowStride + ch * 16, vbase + voff + ch * 16, ok);
+    }
+  }
+
+  // Vraw [key][d] -> Vt [d][key] in 4x4 byte blocks (lane -> 4-key block kb, 16-d chunk dc).
+  FP8ATTN_DEVICE static void transpose_v(const uint8_t* sV, uint8_t* sVt) {
+    for (int i = threadIdx.x; i < (kBN / 4) * Policy::kChunks; i += kThreads) {
+      const int kb = i % (kBN / 4), dc = i / (kBN / 4);
+      uint32_t x[4][4];
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        const uint4 v = *reinterpret_cast<const uint4*>(sV + (4 * kb + r) * Policy::kRowStride + 16 * dc);
+        x[r][0] = v.x;
+        x[r][1] = v.y;
+        x[r][2] = v.z;
+        x[r][3] = v.w;
+      }
+#pragma unroll
+      for (int w = 0; w < 4; ++w) {
+        const uint32_t in[4] = {x[0][w], x[1][w], x[2][w], x[3][w]};
+        uint32_t out[4];
+        nv::transpose4x4_bytes(in, out);
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          *reinterpret_cast<uint32_t*>(sVt + (16 * dc + 4 * w + e) * Policy::kVtStride + 4 * kb) = out[e];
+      }
+    }
+  }
+
+  // ---- one KV tile --------------------------------------------------------------------------
+  // qrow[ri] / logits[ri]: the thread's two rows. need_mask: this tile has invisible elements.
+  FP8ATTN_DEVICE static void step(const BlockCtx& c, int tile, bool need_mask, const int32_t qrow[2],
+                                  const LogitsTransform logits[2], const typename Policy::PQuant& pq,
+                                  const uint8_t* sQ, const uint8_t* sK, const uint8_t* sVt,
+                                  FwdState<Policy>& st) {
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, t = lane % 4;
+    float s[8][4];
+#pragma unroll
+    for (int j = 0; j < 8; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
+
+    // S = Q . K^T
+    const uint8_t* qa = sQ + (warp * 16 + (lane & 7) + 8 * ((lane >> 3) & 1)) * Policy::kRowStride + 16 * (lane >> 4);
+#pragma unroll
+    for (int ks = 0; ks < Policy::kQKSteps; ++ks) {
+      uint32_t a[4];
+      nv::ldmatrix_x4(a, qa + 32 * ks);
+#pragma unroll
+      for (int jp = 0; jp < 4; ++jp) {
+        const int mi = lane >> 3, j = 2 * jp + (mi >> 1);
+        const int row = Policy::k_row(Policy::key_of(j, lane & 7));
+        uint32_t bf[4];
+        nv::ldmatrix_x4(bf, sK + row * Policy::kRowStride + 32 * ks + 16 * (mi & 1));
+        const uint32_t b0[2] = {bf[0], bf[1]}, b1[2] = {bf[2], bf[3]};
+        Mma::mma(s[2 * jp], a, b0);
+        Mma::mma(s[2 * jp + 1], a, b1);
+      }
+    }
+
+    // logits, mask, row max
+    constexpr float kNegInf = -INFINITY;
+    float mx[2] = {kNegInf, kNegInf};
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int ri = i >> 1;
+        float x = logits[ri](s[j][i]);
+        if (need_mask) {
+          const int32_t key = tile * kBN + 32 * (j >> 2) + 16 * ((j >> 1) & 1) + 4 * t + 2 * (j & 1) + (i & 1);
+          const bool vis = Problem::kHasMask ? c.mask.visible(qrow[ri], key) : key < c.seq.k_len;
+          x = vis ? x : kNegInf;
+        }
+        s[j][i] = x;
+        mx[ri] = fmaxf(mx[ri], x);
+      }
+    }
+    float alpha[2], m_use[2];
+#pragma unroll
+    for (int ri = 0; ri < 2; ++ri) {
+      mx[ri] = fmaxf(mx[ri], __shfl_xor_sync(0xffffffffu, mx[ri], 1));
+      mx[ri] = fmaxf(mx[ri], __shfl_xor_sync(0xffffffffu, mx[ri], 2));
+      const float m_new = fmaxf(st.m[ri], mx[ri]);
+      m_use[ri] = m_new == kNegInf ? 0.f : m_new;  // nothing visible yet: p = 0, alpha = 0 (acc, l are 0)
+      alpha[ri] = exp2f(st.m[ri] - m_use[ri]);
+      st.m[ri] = m_new;
+    }
+
+    // P quantization into the P.V A fragments; l
+    uint32_t pa[2][4];
+    float lsum[2] = {0.f, 0.f};
+#pragma unroll
+    for (int q = 0; q < 2; ++q) {
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh) {
+#pragma unroll
+        for (int ri = 0; ri < 2; ++ri) {
+          const int j = 4 * q + 2 * hh;
+          const float pv[4] = {exp2f(s[j][2 * ri] - m_use[ri]), exp2f(s[j][2 * ri + 1] - m_use[ri]),
+                               exp2f(s[j + 1][2 * ri] - m_use[ri]), exp2f(s[j + 1][2 * ri + 1] - m_use[ri])};
+          float v8[4];
+          pa[q][ri + 2 * hh] = pq.quantize4(pv, v8);
+          lsum[ri] += (v8[0] + v8[1]) + (v8[2] + v8[3]);
+        }
+      }
+    }
+#pragma unroll
+    for (int ri = 0; ri < 2; ++ri) st.l[ri] = st.l[ri] * alpha[ri] + lsum[ri];
+#pragma unroll
+    for (int n = 0; n < Policy::kNTilesO; ++n) {
+      st.acc[n][0] *= alpha[0];
+      st.acc[n][1] *= alpha[0];
+      st.acc[n][2] *= alpha[1];
+      st.acc[n][3] *= alpha[1];
+    }
+
+    // O += P8 . V8
+    const uint8_t* vb = sVt + ((lane & 7) + 8 * (lane >> 4)) * Policy::kVtStride + 16 * ((lane >> 3) & 1);
+#pragma unroll
+    for (int q = 0; q < 2; ++q) {
+#pragma unroll
+      for (int dp = 0; dp < Policy::kNTilesO / 2; ++dp) {
+        uint32_t bf[4];
+        nv::ldmatrix_x4(bf, vb + 16 * dp * Policy::kVtStride + 32 * q);
+        const uint32_t b0[2] = {bf[0], bf[1]}, b1[2] = {bf[2], bf[3]};
+        Mma::mma(st.acc[2 * dp], pa[q], b0);
+        Mma::mma(st.acc[2 * dp + 1], pa[q], b1);
+      }
+    }
+  }
+
+  // ---- the loop ------------------------------------------------------------------------------
+  FP8ATTN_DEVICE static void run(const FwdParams& p, const BlockCtx& c, const int32_t qrow[2],
+                                 const LogitsTransform logits[2], const typename Policy::PQuant& pq, uint8_t* smem,
+                                 FwdState<Policy>& st) {
+    uint8_t* sQ = smem + Policy::kOffQ;
+    uint8_t* sK = smem + Policy::kOffK;
+    uint8_t* sV = smem + Policy::kOffV;
+    uint8_t* sVt = smem + Policy::kOffVt;
+    if (c.tile_begin < c.tile_end) load_kv(p, c, c.tile_begin, sK, sV);
+    nv::cp_async_commit();
+    for (int tile = c.tile_begin; tile < c.tile_end; ++tile) {
+      const int stage = (tile - c.tile_begin) & 1;
+      nv::cp_async_wait<0>();
+      __syncthreads();  // tile's K/V landed; every warp is done with the previous tile
+      transpose_v(sV + stage * Policy::kKVBytes, sVt);
+      if (tile + 1 < c.tile_end)
+        load_kv(p, c, tile + 1, sK + (stage ^ 1) * Policy::kKVBytes, sV + (stage ^ 1) * Policy::kKVBytes);
+      nv::cp_async_commit();
+      __syncthreads();  // Vt complete
+      const int k0 = tile * kBN;
+      const bool need_mask = Problem::kHasMask ? !c.mask.tile_fully_visible(c.qrow0, c.qrow1, k0, k0 + kBN)
+                                               : k0 + kBN > c.seq.k_len;
+      step(c, tile, need_mask, qrow, logits, pq, sQ, sK + stage * Policy::kKVBytes, sVt, st);
+    }
+  }
+};
+
+}  // namespace fp8attn

@@ -1,0 +1,368 @@
+"""Benchmark: ``python -m fp8attn.bench [--out-dir DIR] [--quick]``.
+
+Prefill shapes of design.md §6, GQA variants (32 q / 8 kv heads), varlen batches, and decode
+(batch 1-64, context 1k-32k, paged FP8 KV), with the peers that import on this machine side by
+side in the same run: torch SDPA bf16 (flash and cuDNN backends), cuDNN's FP8 SDPA through
+``nvidia-cudnn-frontend`` (descale q/k/v, scale_s = 1/p_scale, scale_o = 1/out_scale), and fp8attn
+(FP8 Q/K/V, P quantized with p_scale, FP8 output with out_scale).
+
+Timing: CUDA events around each call, median of --reps timed calls after --warmup calls.
+Prefill: TFLOP/s = 4·B·H·Sq·Sk·D / t (halved for causal). Decode: GB/s of K+V read.
+Accuracy: relative L2 error of the dequantized output against fp64 attention on the same
+(dequantized) inputs, on the first heads of the first batch. Writes bench.json, bench.md and
+bench.png to --out-dir.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import math
+import os
+import platform
+import subprocess
+import sys
+
+import torch
+
+import fp8attn
+
+FN = torch.float8_e4m3fn
+P_SCALE = 1.0 / 448.0
+OUT_SCALE = 1.0 / 16.0
+
+PREFILL = [  # B, Hq, Hkv, S, D, causal
+    (1, 32, 32, 8192, 128, False), (1, 32, 32, 8192, 128, True), (4, 32, 32, 2048, 128, True),
+    (1, 32, 32, 8192, 64, False), (1, 32, 32, 8192, 256, False), (16, 32, 32, 512, 128, True),
+    (1, 32, 8, 8192, 128, True), (4, 32, 8, 2048, 128, True),
+]
+VARLEN = [  # Hq, Hkv, D, lengths
+    (32, 8, 128, [512, 1024, 2048, 3000, 777, 4096, 128, 1500]),
+]
+DECODE = [  # B, ctx, Hq, Hkv, D, q_len
+    (1, 32768, 32, 8, 128, 1), (8, 8192, 32, 8, 128, 1), (32, 8192, 32, 8, 128, 1), (64, 4096, 32, 8, 128, 1),
+    (128, 2048, 32, 8, 128, 1), (1, 1024, 32, 8, 128, 1), (16, 16384, 32, 8, 128, 1), (8, 8192, 32, 8, 128, 4),
+]
+
+
+def _bar(i, n, label):
+    w = 30
+    done = int(w * (i + 1) / n)
+    sys.stderr.write(f"\r[{'#' * done}{'.' * (w - done)}] {i + 1}/{n} {label[:60]:60s}")
+    sys.stderr.flush()
+    if i + 1 == n:
+        sys.stderr.write("\n")
+
+
+def time_ms(fn, warmup, reps):
+    for _ in range(warmup):
+        fn()
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    for s, e in zip(starts, ends, strict=True):
+        s.record()
+        fn()
+        e.record()
+    torch.cuda.synchronize()
+    t = sorted(s.elapsed_time(e) for s, e in zip(starts, ends, strict=True))
+    return t[len(t) // 2]
+
+
+def ideal(q, k, v, causal, scale, heads=2):
+    """fp64 attention on [B, S, H, D] real tensors for batch 0, the first `heads` q heads."""
+    H, Hkv = q.shape[2], k.shape[2]
+    qd = q[0, :, :heads].double().transpose(0, 1)
+    kd = k[0].double().transpose(0, 1).repeat_interleave(H // Hkv, 0)[:heads]
+    vd = v[0].double().transpose(0, 1).repeat_interleave(H // Hkv, 0)[:heads]
+    s = qd @ kd.transpose(1, 2) * scale
+    if causal:
+        Sq, Sk = s.shape[1], s.shape[2]
+        mask = torch.ones(Sq, Sk, dtype=torch.bool, device=q.device).tril(Sk - Sq)
+        s = s.masked_fill(~mask, -math.inf)
+    return (torch.softmax(s, -1) @ vd).transpose(0, 1)  # [S, heads, D]
+
+
+def rel_err(o, ref):
+    return float((o.double() - ref).norm() / ref.norm())
+
+
+def cudnn_fp8_runner(q8, k8, v8, causal, scale):
+    """cuDNN FP8 SDPA on [B, H, S, D] FP8 tensors (as design.md's probe). Returns (fn, out, scale_o)."""
+    import cudnn
+    B, H, S, D = q8.shape
+    o8 = torch.empty_like(q8)
+    sc = {nm: torch.ones(1, 1, 1, 1, device="cuda", dtype=torch.float32) for nm in ["dq", "dk", "dv", "ds", "ss", "so"]}
+    sc["ss"].fill_(1 / P_SCALE)
+    sc["ds"].fill_(P_SCALE)
+    sc["so"].fill_(1 / OUT_SCALE)
+    amax_s = torch.empty(1, 1, 1, 1, device="cuda")
+    amax_o = torch.empty(1, 1, 1, 1, device="cuda")
+    g = cudnn.pygraph(io_data_type=cudnn.data_type.FP8_E4M3, intermediate_data_type=cudnn.data_type.FLOAT,
+                      compute_data_type=cudnn.data_type.FLOAT)
+    tq, tk, tv = (g.tensor_like(x) for x in (q8, k8, v8))
+    for x in (tq, tk, tv):
+        x.set_data_type(cudnn.data_type.FP8_E4M3)
+    ts = {nm: g.tensor_like(t_) for nm, t_ in sc.items()}
+    o, _, a_s, a_o = g.sdpa_fp8(tq, tk, tv, ts["dq"], ts["dk"], ts["dv"], ts["ds"], ts["ss"], ts["so"],
+                                is_inference=True, attn_scale=scale, use_causal_mask=causal)
+    o.set_output(True).set_dim(list(o8.shape)).set_stride(list(o8.stride())).set_data_type(cudnn.data_type.FP8_E4M3)
+    for a in (a_s, a_o):
+        a.set_output(True).set_dim([1, 1, 1, 1]).set_stride([1, 1, 1, 1]).set_data_type(cudnn.data_type.FLOAT)
+    g.validate()
+    g.build_operation_graph()
+    g.create_execution_plans([cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK])
+    g.check_support()
+    g.build_plans()
+    ws = torch.empty(g.get_workspace_size(), device="cuda", dtype=torch.uint8)
+    pack = {tq: q8, tk: k8, tv: v8, o: o8, a_s: amax_s, a_o: amax_o}
+    for nm in sc:
+        pack[ts[nm]] = sc[nm]
+    return (lambda: g.execute(pack, ws)), o8
+
+
+def sdpa_runner(qb, kb, vb, causal, backend):
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    be = {"flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION}[backend]
+    gqa = qb.shape[1] != kb.shape[1]
+
+    def fn():
+        with sdpa_kernel(be):
+            return torch.nn.functional.scaled_dot_product_attention(qb, kb, vb, is_causal=causal, enable_gqa=gqa)
+    return fn
+
+
+def bench_prefill(shape, args, peers):
+    B, H, Hkv, S, D, causal = shape
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    q = torch.randn(B, S, H, D, device="cuda", generator=gen)
+    k = torch.randn(B, S, Hkv, D, device="cuda", generator=gen)
+    v = torch.randn(B, S, Hkv, D, device="cuda", generator=gen)
+    q8, k8, v8 = q.to(FN), k.to(FN), v.to(FN)
+    scale = 1.0 / math.sqrt(D)
+    flops = 4 * B * H * S * S * D * (0.5 if causal else 1.0)
+    ref = ideal(q8.float(), k8.float(), v8.float(), causal, scale)
+    row = dict(kind="prefill", B=B, H=H, Hkv=Hkv, Sq=S, Sk=S, D=D, causal=causal)
+    ps, osc = torch.tensor([P_SCALE], device="cuda"), torch.tensor([OUT_SCALE], device="cuda")
+    out = torch.empty(B, S, H, D, device="cuda", dtype=FN)
+    fn = lambda: fp8attn.forward(q8, k8, v8, causal=causal, p_scale=ps, out_scale=osc, out=out)  # noqa: E731
+    t = time_ms(fn, args.warmup, args.reps)
+    row["fp8attn"] = flops / t / 1e9
+    row["fp8attn_ms"] = t
+    row["fp8attn_err"] = rel_err(out[0, :, :2].float() * OUT_SCALE, ref)
+    qb, kb, vb = (x.float().to(torch.bfloat16).transpose(1, 2) for x in (q8, k8, v8))
+    for name in ("flash", "cudnn"):
+        if name not in peers:
+            continue
+        try:
+            f = sdpa_runner(qb, kb, vb, causal, name)
+            t = time_ms(f, args.warmup, args.reps)
+            row[f"sdpa_{name}"] = flops / t / 1e9
+            row[f"sdpa_{name}_err"] = rel_err(f()[0, :2].transpose(0, 1).float(), ref)
+        except Exception as e:  # noqa: BLE001
+            row[f"sdpa_{name}"] = None
+            row[f"sdpa_{name}_note"] = repr(e)[:120]
+    if "cudnn_fp8" in peers and H == Hkv:
+        try:
+            f, o8 = cudnn_fp8_runner(*(x.transpose(1, 2).contiguous() for x in (q8, k8, v8)), causal, scale)
+            t = time_ms(f, args.warmup, args.reps)
+            row["cudnn_fp8"] = flops / t / 1e9
+            row["cudnn_fp8_err"] = rel_err(o8[0, :2].transpose(0, 1).float() * OUT_SCALE, ref)
+        except Exception as e:  # noqa: BLE001
+            row["cudnn_fp8"] = None
+            row["cudnn_fp8_note"] = repr(e)[:160]
+    return row
+
+
+def bench_varlen(cfg, args, peers):
+    H, Hkv, D, lens = cfg
+    gen = torch.Generator(device="cuda").manual_seed(1)
+    T = sum(lens)
+    q8 = torch.randn(T, H, D, device="cuda", generator=gen).to(FN)
+    k8 = torch.randn(T, Hkv, D, device="cuda", generator=gen).to(FN)
+    v8 = torch.randn(T, Hkv, D, device="cuda", generator=gen).to(FN)
+    cu = torch.tensor([0] + list(torch.tensor(lens).cumsum(0)), dtype=torch.int32, device="cuda")
+    flops = sum(4 * H * n * n * D * 0.5 for n in lens)
+    ps, osc = torch.tensor([P_SCALE], device="cuda"), torch.tensor([OUT_SCALE], device="cuda")
+    out = torch.empty(T, H, D, device="cuda", dtype=FN)
+    fn = lambda: fp8attn.forward(q8, k8, v8, cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=max(lens),  # noqa: E731
+                                 max_seqlen_k=max(lens), causal=True, p_scale=ps, out_scale=osc, out=out)
+    t = time_ms(fn, args.warmup, args.reps)
+    n0 = lens[0]
+    ref = ideal(q8[:n0].float()[None], k8[:n0].float()[None], v8[:n0].float()[None], True, 1 / math.sqrt(D))
+    row = dict(kind="varlen", B=len(lens), H=H, Hkv=Hkv, Sq=max(lens), Sk=max(lens), D=D, causal=True,
+               fp8attn=flops / t / 1e9, fp8attn_ms=t, fp8attn_err=rel_err(out[:n0, :2].float() * OUT_SCALE, ref))
+    return row
+
+
+def bench_decode(cfg, args, peers):
+    B, ctx, H, Hkv, D, qlen = cfg
+    page = 16
+    gen = torch.Generator(device="cuda").manual_seed(2)
+    nb = B * ctx // page
+    kc = torch.randn(nb, page, Hkv, D, device="cuda", generator=gen).to(FN)
+    vc = torch.randn(nb, page, Hkv, D, device="cuda", generator=gen).to(FN)
+    bt = torch.randperm(nb, device="cuda", generator=gen).to(torch.int32).view(B, ctx // page)
+    seqused = torch.full((B,), ctx, dtype=torch.int32, device="cuda")
+    q8 = torch.randn(B * qlen, H, D, device="cuda", generator=gen).to(FN)
+    cu_q = torch.arange(0, B * qlen + 1, qlen, dtype=torch.int32, device="cuda")
+    ps, osc = torch.tensor([P_SCALE], device="cuda"), torch.tensor([OUT_SCALE], device="cuda")
+    out = torch.empty(B * qlen, H, D, device="cuda", dtype=FN)
+    fn = lambda: fp8attn.forward(q8, kc, vc, cu_seqlens_q=cu_q, max_seqlen_q=qlen, max_seqlen_k=ctx,  # noqa: E731
+                                 seqused_k=seqused, block_table=bt, causal=True, p_scale=ps, out_scale=osc, out=out)
+    t = time_ms(fn, args.warmup, args.reps)
+    kv_bytes = 2 * B * ctx * Hkv * D
+    row = dict(kind="decode", B=B, H=H, Hkv=Hkv, Sq=qlen, Sk=ctx, D=D, causal=True, fp8attn=kv_bytes / t / 1e6,
+               fp8attn_ms=t)
+    k0 = kc[bt[0].long()].reshape(1, ctx, Hkv, D).float()
+    v0 = vc[bt[0].long()].reshape(1, ctx, Hkv, D).float()
+    ref = ideal(q8[:qlen].float()[None], k0, v0, True, 1 / math.sqrt(D))
+    row["fp8attn_err"] = rel_err(out[:qlen, :2].float() * OUT_SCALE, ref)
+    # peers: SDPA bf16 on dense [B, H, S, D] K/V (2 bytes per element)
+    qb = q8.float().to(torch.bfloat16).view(B, qlen, H, D).transpose(1, 2)
+    kb = torch.randn(B, Hkv, ctx, D, device="cuda", dtype=torch.bfloat16)
+    vb = torch.randn(B, Hkv, ctx, D, device="cuda", dtype=torch.bfloat16)
+    for name in ("flash", "cudnn"):
+        if name not in peers:
+            continue
+        try:
+            f = sdpa_runner(qb, kb, vb, qlen > 1, name)
+            t = time_ms(f, args.warmup, args.reps)
+            row[f"sdpa_{name}"] = 2 * kv_bytes / t / 1e6
+        except Exception as e:  # noqa: BLE001
+            row[f"sdpa_{name}"] = None
+            row[f"sdpa_{name}_note"] = repr(e)[:120]
+    del kb, vb
+    return row
+
+
+def peers_available():
+    peers = ["flash", "cudnn"]
+    try:
+        import cudnn  # noqa: F401
+        peers.append("cudnn_fp8")
+    except Exception:  # noqa: BLE001
+        pass
+    return peers
+
+
+def environment():
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                                cwd=os.path.dirname(os.path.abspath(__file__))).stdout.strip()
+    except Exception:  # noqa: BLE001
+        commit = ""
+    env = dict(date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+               device=torch.cuda.get_device_name(), torch=torch.__version__, cuda=torch.version.cuda,
+               cudnn=torch.backends.cudnn.version(), python=platform.python_version(), commit=commit,
+               fp8attn=fp8attn.__version__, sms=torch.cuda.get_device_properties(0).multi_processor_count)
+    try:
+        import cudnn
+        env["cudnn_frontend"] = cudnn.__version__
+    except Exception:  # noqa: BLE001
+        pass
+    return env
+
+
+def fmt(x, nd=0):
+    return "-" if x is None else (f"{x:.{nd}f}" if isinstance(x, float) else str(x))
+
+
+def table(rows):
+    lines = []
+    pre = [r for r in rows if r["kind"] in ("prefill", "varlen")]
+    if pre:
+        lines += ["| kind | B | H/Hkv | S | D | causal | SDPA bf16 flash | SDPA bf16 cuDNN | cuDNN FP8 | fp8attn "
+                  "| fp8attn err | cuDNN FP8 err |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+        for r in pre:
+            lines.append(f"| {r['kind']} | {r['B']} | {r['H']}/{r['Hkv']} | {r['Sq']} | {r['D']} | {r['causal']} "
+                         f"| {fmt(r.get('sdpa_flash'))} | {fmt(r.get('sdpa_cudnn'))} | {fmt(r.get('cudnn_fp8'))} | "
+                         f"{fmt(r.get('fp8attn'))} | {fmt(r.get('fp8attn_err'), 4)} "
+                         f"| {fmt(r.get('cudnn_fp8_err'), 4)} |")
+        lines.append("")
+        lines.append("TFLOP/s (4·B·H·Sq·Sk·D / t, halved for causal); err = relative L2 error vs fp64.")
+        lines.append("")
+    dec = [r for r in rows if r["kind"] == "decode"]
+    if dec:
+        lines += ["| decode B | context | q_len | H/Hkv | D | SDPA bf16 flash | SDPA bf16 cuDNN | fp8attn (paged FP8) "
+                  "| fp8attn ms | err |", "|---|---|---|---|---|---|---|---|---|---|"]
+        for r in dec:
+            lines.append(f"| {r['B']} | {r['Sk']} | {r['Sq']} | {r['H']}/{r['Hkv']} | {r['D']} "
+                         f"| {fmt(r.get('sdpa_flash'))} | {fmt(r.get('sdpa_cudnn'))} | {fmt(r.get('fp8attn'))} "
+                         f"| {fmt(r.get('fp8attn_ms'), 4)} | "
+                         f"{fmt(r.get('fp8attn_err'), 4)} |")
+        lines.append("")
+        lines.append("GB/s of K+V read (bf16 dense for SDPA, FP8 paged for fp8attn).")
+    return "\n".join(lines)
+
+
+def plot(rows, path):
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except Exception:  # noqa: BLE001
+        return False
+    fig, axes = plt.subplots(1, 2, figsize=(15, 5))
+    for ax, kinds, unit in ((axes[0], ("prefill", "varlen"), "TFLOP/s"), (axes[1], ("decode",), "GB/s")):
+        rs = [r for r in rows if r["kind"] in kinds]
+        names = [n for n in ("sdpa_flash", "sdpa_cudnn", "cudnn_fp8", "fp8attn") if any(r.get(n) for r in rs)]
+        w = 0.8 / max(1, len(names))
+        for i, n in enumerate(names):
+            ax.bar([x + i * w for x in range(len(rs))], [r.get(n) or 0 for r in rs], w, label=n)
+        ax.set_xticks([x + 0.4 - w / 2 for x in range(len(rs))])
+        labels = [f"{r['B']}x{r['H']}/{r['Hkv']}\n{r['Sq']}x{r['Sk']} d{r['D']}{' c' if r['causal'] else ''}"
+                  for r in rs]
+        ax.set_xticklabels(labels, fontsize=6)
+        ax.set_ylabel(unit)
+        ax.legend(fontsize=7)
+    fig.suptitle(f"fp8attn on {torch.cuda.get_device_name()}")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    return True
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out-dir", default=".")
+    ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--quick", action="store_true", help="a few shapes only")
+    ap.add_argument("--only", choices=["prefill", "decode", "all"], default="all")
+    args = ap.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("fp8attn.bench needs a GPU")
+        return 1
+    peers = peers_available()
+    work = []
+    if args.only in ("prefill", "all"):
+        work += [("prefill", s) for s in (PREFILL[:2] if args.quick else PREFILL)]
+        work += [("varlen", c) for c in VARLEN]
+    if args.only in ("decode", "all"):
+        work += [("decode", c) for c in (DECODE[:2] if args.quick else DECODE)]
+    fns = dict(prefill=bench_prefill, varlen=bench_varlen, decode=bench_decode)
+    rows = []
+    for i, (kind, cfg) in enumerate(work):
+        _bar(i, len(work), f"{kind} {cfg}")
+        try:
+            rows.append(fns[kind](cfg, args, peers))
+        except Exception as e:  # noqa: BLE001
+            rows.append(dict(kind=kind, cfg=str(cfg), error=repr(e)[:300]))
+        torch.cuda.empty_cache()
+    env = environment()
+    ok = [r for r in rows if "error" not in r]
+    md = f"# fp8attn benchmark\n\n{json.dumps(env)}\n\n" + table(ok)
+    errs = [r for r in rows if "error" in r]
+    if errs:
+        md += "\n\nErrors:\n" + "\n".join(f"- {r}" for r in errs)
+    print(md)
+    os.makedirs(args.out_dir, exist_ok=True)
+    with open(os.path.join(args.out_dir, "bench.json"), "w") as f:
+        json.dump(dict(env=env, peers=peers, rows=rows), f, indent=1)
+    with open(os.path.join(args.out_dir, "bench.md"), "w") as f:
+        f.write(md + "\n")
+    plot(ok, os.path.join(args.out_dir, "bench.png"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Compile-check the GPU kernel library with nvcc, without torch: every generated forward instance
+# (or the subset selected by FP8ATTN_HEAD_DIMS / FP8ATTN_FP8_KINDS), the dispatch table and the
+# host helpers, for sm_90a and sm_89. Also asserts that the e4m3 mma.sync atom is what the fn
+# instances use (the PTX must contain mma...e4m3.e4m3) and that no kernel spills registers.
+#
+#   scripts/ci_nvcc_check.sh            # all instances, both archs
+#   JOBS=2 FP8ATTN_HEAD_DIMS=64,128 scripts/ci_nvcc_check.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+NVCC=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
+JOBS=${JOBS:-2}
+ARCHS=${NVCC_CHECK_ARCHS:-"90a 89"}
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+python3 csrc/kernels/generate.py --out-dir "$work/gen"
+"$NVCC" --version | tail -1
+
+gencode=""
+for a in $ARCHS; do gencode="$gencode -gencode=arch=compute_${a},code=sm_${a}"; done
+flags="-std=c++17 -O3 -I csrc $gencode -Xptxas -v -Werror all-warnings"
+
+compile() {  # $1 = source
+  local src=$1 base
+  base=$(basename "$src" .cu)
+  if ! "$NVCC" $flags -c "$src" -o "$work/$base.o" >"$work/$base.log" 2>&1; then
+    cat "$work/$base.log"; echo "FAILED: $src"; return 1
+  fi
+  if grep -q "bytes spill stores" "$work/$base.log" && grep "spill stores" "$work/$base.log" | grep -vq " 0 bytes spill stores"; then
+    grep -B2 "spill stores" "$work/$base.log" | grep -v " 0 bytes spill stores" || true
+    echo "warning: register spills in $src"
+  fi
+  echo "ok: $base"
+}
+export -f compile
+export NVCC flags work
+
+ls "$work"/gen/*.cu csrc/kernels/fwd/api.cu | xargs -P "$JOBS" -I{} bash -c 'compile {}'
+
+# The fn instances must use the native e4m3 mma (PTX of one instance, sm_90a).
+one=$(ls "$work"/gen/fwd_sm89_hd*_e4m3fn_band.cu 2>/dev/null | head -1 || true)
+if [ -n "$one" ]; then
+  "$NVCC" -std=c++17 -O3 -I csrc -arch=compute_90a -ptx "$one" -o "$work/one.ptx"
+  grep -q "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32" "$work/one.ptx" || { echo "e4m3 mma missing in $one"; exit 1; }
+  grep -q "cvt.rn.satfinite.e4m3x2.f32" "$work/one.ptx" || { echo "hardware P quantization missing in $one"; exit 1; }
+  echo "ok: e4m3 mma.sync + cvt.rn.satfinite.e4m3x2 present"
+fi
+echo "nvcc compile-check passed"

@@ -1,0 +1,152 @@
+"""Shared helpers of the GPU tests: input builders for the three layouts, the op called on a
+device at a fixed KV tile, and the agreement metric (FP8 ulps)."""
+from __future__ import annotations
+
+import math
+
+import torch
+
+import fp8attn  # noqa: F401
+
+GPU_KV_TILE = 64  # the GPU kernels' tile (csrc/kernels/fwd/api.h kGpuKvTile)
+DEV = "cuda"
+
+
+def built_head_dims():
+    """Head dims with a GPU instance in this build (probe each with a tiny call)."""
+    dims = []
+    for d in (64, 80, 96, 112, 128, 192, 256):
+        q = torch.zeros(1, 1, 1, d, device=DEV, dtype=torch.float8_e4m3fn)
+        out = torch.empty(1, 1, 1, d, device=DEV, dtype=torch.bfloat16)
+        try:
+            torch.ops.fp8attn.forward(q, q, q, out, None, None, None, 0, 0, None, 1.0, False, -1, -1, 0.0,
+                                      None, None, None, None, None, False, 0)
+            dims.append(d)
+        except (ValueError, RuntimeError):
+            pass
+    return dims
+
+
+def fp8_rand(shape, dtype, gen, scale=1.0):
+    x = torch.randn(shape, generator=gen) * scale
+    return x.clamp(-200, 200).to(dtype)
+
+
+def make_case(*, layout="dense", B=2, Sq=37, Sk=203, H=4, Hkv=2, D=128, q_dtype=torch.float8_e4m3fn,
+              fp8=torch.float8_e4m3fn, out_dtype=torch.bfloat16, causal=False, window=(-1, -1), softcap=0.0,
+              per_head=False, page=16, seed=0, num_blocks=None, p_scale=None):
+    """Random inputs (on the CPU) for one call; returns (args, kwargs) of `call`."""
+    g = torch.Generator().manual_seed(seed)
+    if q_dtype in (torch.bfloat16, torch.float16):
+        q = (torch.randn((B, Sq, H, D), generator=g) * 3).to(q_dtype)
+    else:
+        q = fp8_rand((B, Sq, H, D), q_dtype, g, 2.0)
+    k = fp8_rand((B, Sk, Hkv, D), fp8, g, 2.0)
+    v = fp8_rand((B, Sk, Hkv, D), fp8, g, 2.0)
+    nh_q, nh_k = (H, Hkv) if per_head else (1, 1)
+    kw = dict(q_descale=torch.rand(nh_q, generator=g) * 0.05 + 0.02,
+              k_descale=torch.rand(nh_k, generator=g) * 0.05 + 0.02,
+              v_descale=torch.rand(nh_k, generator=g) * 0.5 + 0.25,
+              softmax_scale=1.0 / math.sqrt(D), causal=causal, window=window, softcap=softcap)
+    if p_scale is not None:
+        kw["p_scale"] = torch.tensor([p_scale])
+    if out_dtype in (torch.float8_e4m3fn, torch.float8_e4m3fnuz):
+        kw["out_scale"] = torch.tensor([0.02])
+    kw["out_dtype"] = out_dtype
+    if layout == "dense":
+        return (q, k, v), kw
+    # varlen q / k: ragged lengths (some zero), packed
+    lq = torch.randint(0, Sq + 1, (B,), generator=g)
+    lk = torch.randint(1, Sk + 1, (B,), generator=g)
+    lq[0] = Sq
+    lk[0] = Sk
+    cu_q = torch.cat([torch.zeros(1, dtype=torch.int32), lq.cumsum(0).to(torch.int32)])
+    qv = torch.cat([q[b, :lq[b]] for b in range(B)])
+    kw.update(cu_seqlens_q=cu_q, max_seqlen_q=int(lq.max()))
+    if layout == "varlen":
+        cu_k = torch.cat([torch.zeros(1, dtype=torch.int32), lk.cumsum(0).to(torch.int32)])
+        kw.update(cu_seqlens_k=cu_k, max_seqlen_k=int(lk.max()))
+        return (qv, torch.cat([k[b, :lk[b]] for b in range(B)]), torch.cat([v[b, :lk[b]] for b in range(B)])), kw
+    # paged: shuffled blocks, unused slots poisoned with NaN codes
+    assert layout == "paged"
+    nb_per = (Sk + page - 1) // page
+    total = num_blocks or B * nb_per + 3
+    perm = torch.randperm(total, generator=g)[:B * nb_per].to(torch.int32).view(B, nb_per)
+    nan = 0x7F if fp8 == torch.float8_e4m3fn else 0x80
+    kc = torch.full((total, page, Hkv, D), nan, dtype=torch.uint8).view(fp8)
+    vc = kc.clone()
+    for b in range(B):
+        for j in range(int(lk[b])):
+            kc[perm[b, j // page], j % page] = k[b, j]
+            vc[perm[b, j // page], j % page] = v[b, j]
+    kw.update(block_table=perm, seqused_k=lk.to(torch.int32), max_seqlen_k=int(lk.max()))
+    return (qv, kc, vc), kw
+
+
+def _opt(t, device):
+    return None if t is None else t.to(device)
+
+
+def call(q, k, v, *, device, kv_tile=GPU_KV_TILE, out=None, poison=True, **kw):
+    """torch.ops.fp8attn.forward on `device` with every tensor moved there; returns (out, lse)."""
+    fp8 = k.dtype
+    out_dtype = kw.get("out_dtype") or torch.bfloat16
+    if kw.get("out_scale") is not None:
+        out_dtype = fp8
+    if out is None:
+        out = torch.empty(q.shape, dtype=out_dtype, device=device)
+        if poison:
+            if out_dtype in (torch.bfloat16, torch.float16):
+                out.fill_(float("nan"))
+            else:
+                out.view(torch.uint8).fill_(0x7F if fp8 == torch.float8_e4m3fn else 0x80)
+    left, right = kw.get("window", (-1, -1))
+    lse = torch.ops.fp8attn.forward(
+        q.to(device), k.to(device), v.to(device), out, _opt(kw.get("cu_seqlens_q"), device),
+        _opt(kw.get("cu_seqlens_k"), device), _opt(kw.get("seqused_k"), device), int(kw.get("max_seqlen_q", 0)),
+        int(kw.get("max_seqlen_k", 0)), _opt(kw.get("block_table"), device), float(kw["softmax_scale"]),
+        bool(kw.get("causal", False)), int(left), int(right), float(kw.get("softcap", 0.0)),
+        _opt(kw.get("q_descale"), device), _opt(kw.get("k_descale"), device), _opt(kw.get("v_descale"), device),
+        _opt(kw.get("p_scale"), device), _opt(kw.get("out_scale"), device), True, int(kv_tile))
+    return out, lse
+
+
+def fp8_ulps(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """Distance in FP8 codes between two FP8 tensors of the same type (sign-magnitude order)."""
+    def ordinal(x):
+        c = x.view(torch.uint8).to(torch.int32)
+        mag = c & 0x7F
+        return torch.where((c & 0x80) != 0, -mag, mag)
+    return (ordinal(a) - ordinal(b)).abs()
+
+
+def ulps_as_fp8(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """|a - b| in units of one e4m3 ulp at the larger magnitude (16-bit outputs)."""
+    a, b = a.double(), b.double()
+    mag = torch.maximum(a.abs(), b.abs()).clamp_min(2.0 ** -9)
+    ulp = torch.exp2(torch.floor(torch.log2(mag)) - 3)
+    return (a - b).abs() / ulp
+
+
+def agreement(gpu_out, cpu_out):
+    """Fraction of elements within 1 FP8 ulp (and whether any NaN appeared where the CPU has none)."""
+    g, c = gpu_out.cpu(), cpu_out.cpu()
+    if g.dtype in (torch.float8_e4m3fn, torch.float8_e4m3fnuz):
+        nan = 0x7F if g.dtype == torch.float8_e4m3fn else 0x80
+        gn = (g.view(torch.uint8) & (0x7F if nan == 0x7F else 0xFF)) == nan
+        cn = (c.view(torch.uint8) & (0x7F if nan == 0x7F else 0xFF)) == nan
+        d = fp8_ulps(g, c)
+    else:
+        gn, cn = g.isnan(), c.isnan()
+        d = ulps_as_fp8(g.float(), c.float())
+    bad_nan = bool((gn & ~cn).any())
+    frac = float((d <= 1).double().mean()) if d.numel() else 1.0
+    return frac, bad_nan
+
+
+def lse_close(gpu_lse, cpu_lse, tol=2e-3):
+    g, c = gpu_lse.cpu(), cpu_lse.cpu()
+    inf_same = bool(torch.equal(torch.isneginf(g), torch.isneginf(c)))
+    fin = torch.isfinite(c)
+    close = bool(((g[fin] - c[fin]).abs() <= tol).double().mean() >= 0.999) if fin.any() else True
+    return inf_same and close

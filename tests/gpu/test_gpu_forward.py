@@ -1,0 +1,295 @@
+"""The GPU forward kernels against the CPU implementation (the oracle, same KV tile) and the fp64
+reference, over the op contract. Skipped without a GPU build (see conftest.py)."""
+import os
+import sys
+
+import pytest
+import torch
+
+from fp8attn.reference import ideal_attention
+
+sys.path.insert(0, os.path.dirname(__file__))
+from gpu_helpers import DEV, agreement, built_head_dims, call, lse_close, make_case  # noqa: E402
+
+FN, FNUZ = torch.float8_e4m3fn, torch.float8_e4m3fnuz
+BF16, FP16 = torch.bfloat16, torch.float16
+
+_DIMS = None
+
+
+def dims():
+    global _DIMS
+    if _DIMS is None:
+        _DIMS = built_head_dims() if torch.cuda.is_available() else []
+    return _DIMS
+
+
+def need_dim(d):
+    if d not in dims():
+        pytest.skip(f"head dim {d} not built (FP8ATTN_HEAD_DIMS)")
+
+
+def check_vs_cpu(args, kw, min_frac=0.999):
+    gout, glse = call(*args, device=DEV, **kw)
+    cout, clse = call(*args, device="cpu", **kw)
+    torch.cuda.synchronize()
+    frac, bad_nan = agreement(gout, cout)
+    assert not bad_nan, "GPU produced NaN where the CPU did not (poisoned output not fully written?)"
+    assert frac >= min_frac, f"only {frac:.5f} of outputs within 1 FP8 ulp of the CPU"
+    assert lse_close(glse, clse), "lse differs from the CPU"
+    return gout, glse
+
+
+# ---- the contract grid ------------------------------------------------------------------------
+
+@pytest.mark.parametrize("D", [64, 80, 96, 112, 128, 192, 256])
+@pytest.mark.parametrize("layout", ["dense", "varlen", "paged"])
+def test_head_dims_layouts(D, layout):
+    need_dim(D)
+    args, kw = make_case(layout=layout, D=D, seed=D)
+    check_vs_cpu(args, kw)
+
+
+MASKS = {
+    "none": dict(),
+    "causal": dict(causal=True),
+    "window": dict(window=(40, 0)),
+    "window_lr": dict(window=(17, 9)),
+    "causal_softcap": dict(causal=True, softcap=7.0),
+    "softcap": dict(softcap=3.0),
+}
+
+
+@pytest.mark.parametrize("mask", list(MASKS))
+@pytest.mark.parametrize("shape", [(37, 203), (203, 37), (130, 130), (1, 517)])
+@pytest.mark.parametrize("layout", ["dense", "varlen", "paged"])
+def test_masks(mask, shape, layout):
+    need_dim(128)
+    Sq, Sk = shape
+    args, kw = make_case(layout=layout, Sq=Sq, Sk=Sk, seed=Sq + Sk, **MASKS[mask])
+    check_vs_cpu(args, kw)
+
+
+@pytest.mark.parametrize("heads", [(4, 4), (8, 2), (8, 1), (32, 8)])
+@pytest.mark.parametrize("per_head", [False, True])
+def test_gqa_and_per_head_scales(heads, per_head):
+    need_dim(128)
+    H, Hkv = heads
+    args, kw = make_case(H=H, Hkv=Hkv, per_head=per_head, causal=True, Sq=70, Sk=150, seed=H * 10 + Hkv)
+    check_vs_cpu(args, kw)
+
+
+@pytest.mark.parametrize("q_dtype", [FN, BF16, FP16])
+@pytest.mark.parametrize("out_dtype", [BF16, FP16, FN])
+def test_dtypes(q_dtype, out_dtype):
+    need_dim(128)
+    args, kw = make_case(q_dtype=q_dtype, out_dtype=out_dtype, per_head=True, seed=3)
+    check_vs_cpu(args, kw)
+
+
+@pytest.mark.parametrize("p_scale", [None, 1.0 / 448.0, 1.0 / 240.0])
+def test_p_scale(p_scale):
+    need_dim(128)
+    args, kw = make_case(p_scale=p_scale, out_dtype=FN, seed=5)
+    check_vs_cpu(args, kw)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_random_combinations(seed):
+    g = torch.Generator().manual_seed(1000 + seed)
+    pick = lambda xs: xs[int(torch.randint(len(xs), (1,), generator=g))]  # noqa: E731
+    D = pick([d for d in (64, 80, 96, 112, 128, 192, 256) if d in dims()] or [128])
+    need_dim(D)
+    H, Hkv = pick([(4, 4), (8, 2), (6, 1)])
+    args, kw = make_case(layout=pick(["dense", "varlen", "paged"]), D=D, H=H, Hkv=Hkv,
+                         Sq=int(torch.randint(1, 150, (1,), generator=g)),
+                         Sk=int(torch.randint(1, 400, (1,), generator=g)),
+                         q_dtype=pick([FN, BF16, FP16]), out_dtype=pick([BF16, FP16, FN]),
+                         per_head=pick([False, True]), page=pick([16, 32, 48]), seed=seed,
+                         **MASKS[pick(list(MASKS))])
+    check_vs_cpu(args, kw)
+
+
+def test_fnuz():
+    need_dim(128)
+    try:
+        args, kw = make_case(fp8=FNUZ, q_dtype=BF16, out_dtype=FNUZ, causal=True, seed=9)
+        call(*args, device=DEV, **kw)
+    except (ValueError, RuntimeError) as e:
+        pytest.skip(f"fnuz kernels not built: {e}")
+    check_vs_cpu(args, kw)
+
+
+def test_empty_and_masked_rows():
+    need_dim(128)
+    # window right < 0 relative to shift: early query rows see nothing -> 0 and lse = -inf
+    args, kw = make_case(Sq=50, Sk=20, window=(0, 0), causal=True, seed=11)
+    gout, glse = check_vs_cpu(args, kw)
+    assert torch.isneginf(glse).any()
+    assert not gout.float().isnan().any()
+
+
+def test_zero_length_keys_varlen():
+    """A sequence with no keys gives 0 and lse = -inf."""
+    need_dim(128)
+    args, kw = make_case(layout="varlen", seed=12)
+    q, k, v = args
+    cu_k = kw["cu_seqlens_k"]
+    n0 = int(cu_k[1])
+    kw["cu_seqlens_k"] = torch.cat([torch.zeros(2, dtype=torch.int32), cu_k[2:] - n0])
+    gout, glse = check_vs_cpu((q, k[n0:], v[n0:]), kw)
+    rows0 = int(kw["cu_seqlens_q"][1])
+    assert torch.isneginf(glse[:, :rows0]).all() and (gout[:rows0].float() == 0).all()
+
+
+# ---- properties -------------------------------------------------------------------------------
+
+def test_matches_ideal_reference():
+    need_dim(128)
+    args, kw = make_case(q_dtype=BF16, out_dtype=BF16, causal=True, Sq=128, Sk=256, seed=21)
+    gout, glse = call(*args, device=DEV, **kw)
+    rkw = {k_: v_ for k_, v_ in kw.items() if k_ not in ("window", "out_dtype")}
+    o_ref, lse_ref = ideal_attention(*args, window_size=kw["window"], **rkw)
+    rel = (gout.double().cpu() - o_ref).norm() / o_ref.norm()
+    assert rel < 0.05, f"relative error vs fp64 {rel:.4f}"
+    fin = torch.isfinite(lse_ref)
+    assert (glse.cpu().double()[fin] - lse_ref[fin]).abs().max() < 0.05
+
+
+def test_bitwise_repeatable():
+    need_dim(128)
+    args, kw = make_case(layout="paged", causal=True, out_dtype=FN, seed=31)
+    o1, l1 = call(*args, device=DEV, **kw)
+    o2, l2 = call(*args, device=DEV, **kw)
+    assert torch.equal(o1.view(torch.uint8), o2.view(torch.uint8)) and torch.equal(l1, l2)
+
+
+def test_caller_out_strided():
+    """A caller-provided out that is a strided view (a slice of a wider buffer) is written in place."""
+    need_dim(128)
+    args, kw = make_case(B=2, Sq=33, Sk=77, H=4, Hkv=2, seed=41)
+    big = torch.full((2, 33, 6, 128), float("nan"), dtype=BF16, device=DEV)
+    out = big[:, :, 1:5]
+    call(*args, device=DEV, out=out, **kw)
+    ref, _ = call(*args, device=DEV, **kw)
+    assert torch.equal(out, ref)
+    assert big[:, :, 0].isnan().all() and big[:, :, 5].isnan().all()
+
+
+def test_cuda_graph_capture():
+    need_dim(128)
+    args, kw = make_case(layout="paged", causal=True, out_dtype=FN, q_dtype=BF16, seed=51)
+    dev_args = [a.to(DEV) for a in args]
+    dkw = {k_: (v_.to(DEV) if isinstance(v_, torch.Tensor) else v_) for k_, v_ in kw.items()}
+    eager, else_ = call(*dev_args, device=DEV, **dkw)
+    out = torch.empty_like(eager)
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        call(*dev_args, device=DEV, out=out, **dkw)  # warm-up (lazy init) outside the graph
+    torch.cuda.current_stream().wait_stream(s)
+    graph = torch.cuda.CUDAGraph()
+    out.view(torch.uint8).zero_()
+    with torch.cuda.graph(graph):
+        _, glse = call(*dev_args, device=DEV, out=out, poison=False, **dkw)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(out.view(torch.uint8), eager.view(torch.uint8))
+    assert torch.equal(glse, else_)
+
+
+def test_split_kv_decode(monkeypatch):
+    """Flash-decoding (split KV + combine) against the CPU and the fp64 reference."""
+    need_dim(128)
+    monkeypatch.delenv("FP8ATTN_NUM_SPLITS", raising=False)
+    for layout, Sq in (("paged", 1), ("paged", 4), ("dense", 16)):
+        args, kw = make_case(layout=layout, B=2, Sq=Sq, Sk=3000, H=32, Hkv=8, causal=True, seed=61)
+        gout, glse = call(*args, device=DEV, **kw)
+        cout, clse = call(*args, device="cpu", **kw)
+        frac, bad = agreement(gout, cout)
+        assert not bad and frac >= 0.98, f"split-KV {layout} Sq={Sq}: {frac:.4f} within 1 ulp of CPU"
+        assert lse_close(glse, clse, tol=1e-2)
+        rkw = {k_: v_ for k_, v_ in kw.items() if k_ not in ("window", "out_dtype")}
+        o_ref, _ = ideal_attention(*args, window_size=kw["window"], **rkw)
+        rel = (gout.double().cpu() - o_ref).norm() / o_ref.norm()
+        assert rel < 0.05
+        o2, _ = call(*args, device=DEV, **kw)
+        assert torch.equal(gout, o2), "split-KV not bitwise repeatable"
+
+
+def test_forced_splits_many(monkeypatch):
+    need_dim(64)
+    monkeypatch.setenv("FP8ATTN_NUM_SPLITS", "7")
+    args, kw = make_case(layout="varlen", D=64, B=3, Sq=5, Sk=900, H=8, Hkv=2, window=(300, 0), seed=71)
+    gout, glse = call(*args, device=DEV, **kw)
+    cout, clse = call(*args, device="cpu", **kw)
+    frac, bad = agreement(gout, cout)
+    assert not bad and frac >= 0.98
+    assert lse_close(glse, clse, tol=1e-2)
+
+
+# ---- index overflow ---------------------------------------------------------------------------
+
+def test_long_keys_64k():
+    need_dim(64)
+    args, kw = make_case(B=1, Sq=3, Sk=65536 + 77, H=2, Hkv=1, D=64, seed=81)
+    check_vs_cpu(args, kw)
+
+
+def test_many_cache_blocks():
+    """A paged cache of 32768 blocks (block ids past 2^15, offsets past 2^31 bytes with D=256?)."""
+    need_dim(128)
+    args, kw = make_case(layout="paged", B=4, Sq=3, Sk=300, H=8, Hkv=8, D=128, page=16, num_blocks=32768, seed=91)
+    # remap the used blocks to the top of the cache
+    bt = kw["block_table"]
+    hi = torch.arange(32768 - bt.numel(), 32768, dtype=torch.int32).view_as(bt)
+    kc, vc = args[1], args[2]
+    kc2, vc2 = kc.clone(), vc.clone()
+    kc2[hi.flatten().long()] = kc[bt.flatten().long()]
+    vc2[hi.flatten().long()] = vc[bt.flatten().long()]
+    kw["block_table"] = hi
+    check_vs_cpu((args[0], kc2, vc2), kw)
+
+
+def test_large_row_offsets():
+    """q/out offsets past 2^31 elements: B*Sq*H*D > 2^31 with 16-bit q."""
+    need_dim(64)
+    free = torch.cuda.mem_get_info()[0]
+    if free < 24 * 2**30:
+        pytest.skip("needs ~24 GiB of GPU memory")
+    B, Sq, H, D = 1, 2**31 // (4 * 64) + 64, 4, 64  # rows*H*D just past 2^31
+    q = torch.randn(B, Sq, H, D, device=DEV, dtype=BF16)
+    k = torch.randn(1, 64, 1, D, device=DEV).to(FN)
+    out = torch.empty(B, Sq, H, D, device=DEV, dtype=BF16)
+    torch.ops.fp8attn.forward(q, k, k, out, None, None, None, 0, 0, None, 0.125, False, -1, -1, 0.0,
+                              None, None, None, None, None, False, 0)
+    tail = slice(Sq - 3, Sq)
+    cout, _ = call(q[:, tail].cpu(), k.cpu(), k.cpu(), device="cpu", softmax_scale=0.125)
+    frac, bad = agreement(out[:, tail], cout)
+    assert not bad and frac >= 0.999
+
+
+# ---- rejected configurations ------------------------------------------------------------------
+
+def test_rejects_other_kv_tile():
+    need_dim(128)
+    args, kw = make_case(seed=1)
+    with pytest.raises(ValueError, match="kv_tile"):
+        call(*args, device=DEV, kv_tile=32, **kw)
+
+
+def test_write_kv_cache_matches_cpu():
+    g = torch.Generator().manual_seed(5)
+    T, Hkv, D, nb, bs = 37, 2, 128, 10, 16
+    key = torch.randn(T, Hkv, D, generator=g).to(BF16) * 4
+    val = torch.randn(T, Hkv, D, generator=g).to(BF16) * 4
+    slots = torch.randperm(nb * bs, generator=g)[:T]
+    slots[3] = -1
+    ks, vs = torch.tensor([0.03]), torch.tensor([0.05])
+    res = {}
+    for dev in ("cpu", DEV):
+        kc = torch.zeros(nb, bs, Hkv, D, dtype=FN, device=dev)
+        vc = torch.zeros_like(kc)
+        torch.ops.fp8attn.write_kv_cache(key.to(dev), val.to(dev), kc, vc, slots.to(dev), ks.to(dev), vs.to(dev))
+        res[dev] = (kc.cpu().view(torch.uint8), vc.cpu().view(torch.uint8))
+    assert torch.equal(res["cpu"][0], res[DEV][0]) and torch.equal(res["cpu"][1], res[DEV][1])
