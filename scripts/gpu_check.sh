@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# The one GPU command: on any CUDA machine, build fp8attn with its GPU kernels, run the GPU test
+# suite (and the CPU one), optionally compute-sanitizer, and the benchmark; results in OUTDIR.
+#
+#   scripts/gpu_check.sh [OUTDIR]          (default: gpu-results/)
+# Knobs (env): FP8ATTN_HEAD_DIMS / FP8ATTN_FP8_KINDS (build filter), TORCH_CUDA_ARCH_LIST (default:
+# this GPU, with the 'a' suffix on sm_90), MAX_JOBS, PYTEST_ARGS, BENCH_ARGS, SANITIZE=1,
+# SKIP_BUILD=1, SKIP_TESTS=1, SKIP_BENCH=1.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUTDIR=${1:-gpu-results}
+mkdir -p "$OUTDIR"
+export PATH=/usr/local/cuda/bin:$PATH
+export PYTHONUNBUFFERED=1
+if [ -z "${TORCH_CUDA_ARCH_LIST:-}" ]; then
+  TORCH_CUDA_ARCH_LIST=$(python3 -c 'import torch; c = torch.cuda.get_device_capability(); print(f"{c[0]}.{c[1]}" + ("a" if c == (9, 0) else ""))')
+  export TORCH_CUDA_ARCH_LIST
+fi
+nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader | tee "$OUTDIR/gpu.txt"
+rc=0
+if [ -z "${SKIP_BUILD:-}" ]; then
+  echo "== build (TORCH_CUDA_ARCH_LIST=$TORCH_CUDA_ARCH_LIST FP8ATTN_HEAD_DIMS=${FP8ATTN_HEAD_DIMS:-all})"
+  start=$(date +%s)
+  if ! MAX_JOBS=${MAX_JOBS:-$(nproc)} python3 setup.py build_ext --inplace >"$OUTDIR/build.log" 2>&1; then
+    tail -60 "$OUTDIR/build.log"; echo "BUILD FAILED"; exit 1
+  fi
+  echo "build ok in $(( $(date +%s) - start )) s"
+  grep -E "spill|registers" "$OUTDIR/build.log" | sort | uniq -c | head -40 > "$OUTDIR/ptxas.txt" || true
+fi
+if [ -z "${SKIP_TESTS:-}" ]; then
+  echo "== GPU tests"
+  python3 -m pytest -q -rs tests/gpu ${PYTEST_ARGS:-} 2>&1 | tee "$OUTDIR/tests_gpu.log" | tail -40 || rc=1
+fi
+if [ -n "${SANITIZE:-}" ]; then
+  for tool in memcheck racecheck; do
+    echo "== compute-sanitizer --tool $tool"
+    compute-sanitizer --tool $tool --error-exitcode 9 python3 tests/gpu/sanitize_cases.py \
+      >"$OUTDIR/sanitizer_$tool.log" 2>&1; echo "$tool rc=$?" | tee -a "$OUTDIR/sanitizer_$tool.log"
+    tail -4 "$OUTDIR/sanitizer_$tool.log"
+  done
+fi
+if [ -z "${SKIP_BENCH:-}" ]; then
+  echo "== bench"
+  python3 -m fp8attn.bench --out-dir "$OUTDIR" ${BENCH_ARGS:-} 2>"$OUTDIR/bench.err" || rc=1
+fi
+exit $rc

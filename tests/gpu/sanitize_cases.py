@@ -1,0 +1,31 @@
+"""A representative set of GPU calls for compute-sanitizer (memcheck, racecheck):
+    compute-sanitizer --tool memcheck python3 tests/gpu/sanitize_cases.py
+Dense causal, varlen GQA with empty sequences, paged with shuffled blocks and NaN-poisoned slots,
+split-KV decode, head dims 64/80/128/256 where built, 16-bit q, FP8 and 16-bit out."""
+import os
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.dirname(__file__))
+from gpu_helpers import DEV, built_head_dims, call, make_case  # noqa: E402
+
+FN = torch.float8_e4m3fn
+dims = built_head_dims()
+cases = [
+    dict(layout="dense", causal=True, D=128, Sq=100, Sk=150),
+    dict(layout="varlen", H=8, Hkv=2, D=128, window=(20, 5), q_dtype=torch.bfloat16, out_dtype=FN),
+    dict(layout="paged", H=8, Hkv=1, D=128, Sq=3, Sk=700, softcap=5.0, page=32),
+    dict(layout="dense", D=64, Sq=17, Sk=300, q_dtype=torch.float16, out_dtype=torch.float16),
+    dict(layout="paged", D=80, Sq=1, Sk=1000, H=32, Hkv=8, causal=True),
+    dict(layout="dense", D=256, Sq=70, Sk=90, causal=True, out_dtype=FN),
+]
+for split in ("1", ""):
+    os.environ["FP8ATTN_NUM_SPLITS"] = split
+    for c in cases:
+        if c["D"] not in dims:
+            continue
+        args, kw = make_case(B=2, seed=7, **c)
+        call(*args, device=DEV, **kw)
+torch.cuda.synchronize()
+print("sanitize cases done", dims)
