@@ -47,7 +47,7 @@ def _calibration_attention(module, query, key, value, attention_mask, dropout=0.
     q, k, v = query.float(), key.float(), value.float()
     causal = bool(is_causal if is_causal is not None else getattr(module, "is_causal", True))
     o = eager_attention(q, k, v, softmax_scale=float(scaling) if scaling is not None else d ** -0.5,
-                        causal=causal, window=hf_window(sliding_window, sk), softcap=float(softcap or 0.0),
+                        causal=causal, window=hf_window(sliding_window, sk, causal), softcap=float(softcap or 0.0),
                         keep_k=keep_k, stats=stats)
 
     def amax(x, keep):  # x [B, H, S, D], keep [B, S] or None

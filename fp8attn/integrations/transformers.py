@@ -130,11 +130,12 @@ def detach_scales(model: torch.nn.Module) -> None:
 # helpers shared with fp8attn.calibrate
 
 
-def hf_window(sliding_window: int | None, k_len: int) -> tuple[int, int]:
-    """transformers' sliding_window (attend to at most that many tokens back, itself included)."""
+def hf_window(sliding_window: int | None, k_len: int, causal: bool = True) -> tuple[int, int]:
+    """transformers' sliding_window as fp8attn's (left, right) window, as its flash-attention path
+    does: (w - 1, w - 1), i.e. at most w tokens back (itself included) under a causal mask."""
     if sliding_window is None or sliding_window <= 0 or k_len <= sliding_window:
         return (-1, -1)
-    return (sliding_window - 1, 0)
+    return (sliding_window - 1, 0 if causal else sliding_window - 1)
 
 
 def dense_mask(q_len: int, k_len: int, causal: bool, window: tuple[int, int], device) -> torch.Tensor | None:
@@ -256,7 +257,7 @@ def fp8attn_attention_forward(
     b, _, sq, d = query.shape
     sk = key.shape[2]
     causal = bool(is_causal if is_causal is not None else getattr(module, "is_causal", True))
-    window = hf_window(sliding_window, sk)
+    window = hf_window(sliding_window, sk, causal)
     softcap = float(softcap or 0.0)
     softmax_scale = float(scaling) if scaling is not None else d ** -0.5
     s = cfg.on(query.device)
