@@ -101,6 +101,19 @@ def forward(
     Returns:
       ``out``, or ``(out, softmax_lse)`` when ``return_softmax_lse``.
     """
+    return _forward(q, k, v, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, seqused_k=seqused_k,
+                    max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, block_table=block_table,
+                    softmax_scale=softmax_scale, causal=causal, window_size=window_size, softcap=softcap,
+                    q_descale=q_descale, k_descale=k_descale, v_descale=v_descale, p_scale=p_scale,
+                    out_scale=out_scale, out_dtype=out_dtype, out=out, return_softmax_lse=return_softmax_lse)
+
+
+def _forward(q, k, v, *, cu_seqlens_q=None, cu_seqlens_k=None, seqused_k=None, max_seqlen_q=None, max_seqlen_k=None,
+             block_table=None, softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0, q_descale=None,
+             k_descale=None, v_descale=None, p_scale=None, out_scale=None, out_dtype=None, out=None,
+             return_softmax_lse=False, kv_tile: int = 0):
+    """``forward`` with the implementation's KV tile exposed (0: its default), for tests that compare
+    implementations at equal tiling."""
     for name, x in (("q", q), ("k", k), ("v", v)):
         _check_tensor(x, name)
     for name, x in (("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k), ("seqused_k", seqused_k),
@@ -122,8 +135,9 @@ def forward(
     lse = torch.ops.fp8attn.forward(
         q, k, v, out, cu_seqlens_q, cu_seqlens_k, seqused_k, int(max_seqlen_q or 0), int(max_seqlen_k or 0),
         block_table, float(softmax_scale), bool(causal), left, right, float(softcap), q_descale, k_descale,
-        v_descale, p_scale, out_scale, bool(return_softmax_lse), 0)
+        v_descale, p_scale, out_scale, bool(return_softmax_lse), int(kv_tile))
     return (out, lse) if return_softmax_lse else out
+
 
 
 def write_kv_cache(key: torch.Tensor, value: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,

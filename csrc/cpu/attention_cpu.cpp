@@ -171,7 +171,7 @@ class Forward {
       const int32_t row = w.row0 + r;
       const bool empty = m[r] == kNegInf;
       const float o_scale = empty ? 0.f : v_descale / l[r];
-      const int64_t off = s.q_offset + static_cast<int64_t>(row) * p_.o_row_stride +
+      const int64_t off = s.o_offset + static_cast<int64_t>(row) * p_.o_row_stride +
                           static_cast<int64_t>(w.h) * p_.o_head_stride;
       for (int d = 0; d < D; ++d) store_out(off + d, sc.acc[r * D + d] * o_scale, inv_out_scale);
       if (p_.lse) {

@@ -11,7 +11,8 @@ namespace fp8attn {
 struct SeqInfo {
   int32_t q_len = 0;
   int32_t k_len = 0;
-  int64_t q_offset = 0;    // element offset of this sequence's row 0 in q / out
+  int64_t q_offset = 0;    // element offset of this sequence's row 0 in q
+  int64_t o_offset = 0;    // ... and in out
   int64_t lse_offset = 0;  // element offset of (head 0, row 0) in lse
   int64_t k_offset = 0;    // dense / varlen: element offset of key 0 (unused when paged)
   int64_t v_offset = 0;
@@ -23,10 +24,12 @@ struct SeqInfo {
       const int32_t start = p.cu_seqlens_q[b];
       s.q_len = p.cu_seqlens_q[b + 1] - start;
       s.q_offset = static_cast<int64_t>(start) * p.q_row_stride;
+      s.o_offset = static_cast<int64_t>(start) * p.o_row_stride;
       s.lse_offset = start * p.lse_row_stride;
     } else {
       s.q_len = p.seqlen_q;
       s.q_offset = static_cast<int64_t>(b) * p.q_batch_stride;
+      s.o_offset = static_cast<int64_t>(b) * p.o_batch_stride;
       s.lse_offset = static_cast<int64_t>(b) * p.lse_batch_stride;
     }
     if (p.block_table) {
