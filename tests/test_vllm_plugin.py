@@ -50,6 +50,28 @@ PROBE = textwrap.dedent(
 )
 
 
+# `vllm serve MODEL --attention-backend FP8ATTN --kv-cache-dtype fp8` as vLLM parses it: its CLI loads the
+# general plugins before parsing, so the dynamically registered name is a valid choice.
+CLI_PROBE = textwrap.dedent(
+    """
+    import json, sys
+    from vllm.engine.arg_utils import AsyncEngineArgs
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+    from vllm.v1.attention.backends.registry import AttentionBackendEnum
+
+    parser = AsyncEngineArgs.add_cli_args(FlexibleArgumentParser())
+    args = parser.parse_args(["--model", sys.argv[1], "--skip-tokenizer-init", "--attention-backend", "FP8ATTN",
+                              "--kv-cache-dtype", "fp8",
+                              "--compilation-config", json.dumps({"pass_config": {"fuse_attn_quant": True}})])
+    config = AsyncEngineArgs.from_cli_args(args).create_engine_config()
+    assert config.attention_config.backend is AttentionBackendEnum["FP8ATTN"], config.attention_config
+    assert config.cache_config.cache_dtype == "fp8"
+    assert config.compilation_config.pass_config.fuse_attn_quant
+    print("RESOLVED", config.attention_config.backend.get_class().__qualname__)
+    """
+)
+
+
 def _declared_entry_points() -> dict[str, str]:
     try:
         import tomllib
@@ -59,7 +81,7 @@ def _declared_entry_points() -> dict[str, str]:
     return project.get("entry-points", {}).get(GROUP, {})
 
 
-def _run_probe(workdir: Path, dist_dir: Path | None = None) -> str:
+def _run_probe(workdir: Path, dist_dir: Path | None = None, probe: str = PROBE, args: tuple[str, ...] = ()) -> str:
     """Run PROBE in a fresh interpreter; with dist_dir, that directory (holding a dist-info) and the fp8attn
     this test process imported come first on the path."""
     env = dict(os.environ)
@@ -72,8 +94,8 @@ def _run_probe(workdir: Path, dist_dir: Path | None = None) -> str:
         if env.get("PYTHONPATH"):
             paths.append(env["PYTHONPATH"])
         env["PYTHONPATH"] = os.pathsep.join(paths)
-    proc = subprocess.run([sys.executable, "-c", PROBE], env=env, cwd=str(workdir), capture_output=True, text=True,
-                          timeout=300)
+    proc = subprocess.run([sys.executable, "-c", probe, *args], env=env, cwd=str(workdir), capture_output=True,
+                          text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return proc.stdout
 
@@ -82,14 +104,18 @@ def test_pyproject_declares_the_entry_point():
     assert _declared_entry_points() == {ENTRY[0]: ENTRY[1]}
 
 
-def test_plugin_loader_registers_backend_from_declared_entry_point(tmp_path):
+def _write_dist_info(where: Path) -> Path:
     """A dist-info carrying exactly pyproject's declaration, as `pip install` would write it."""
-    dist = tmp_path / "fp8attn-0.0.0.dist-info"
+    dist = where / "fp8attn-0.0.0.dist-info"
     dist.mkdir()
     (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: fp8attn\nVersion: 0.0.0\n")
     lines = [f"[{GROUP}]"] + [f"{k} = {v}" for k, v in _declared_entry_points().items()]
     (dist / "entry_points.txt").write_text("\n".join(lines) + "\n")
-    out = _run_probe(tmp_path, dist_dir=tmp_path)
+    return where
+
+
+def test_plugin_loader_registers_backend_from_declared_entry_point(tmp_path):
+    out = _run_probe(tmp_path, dist_dir=_write_dist_info(tmp_path))
     assert "RESOLVED fp8attn.integrations.vllm.backend.FP8AttnBackend FP8ATTN" in out, out
 
 
@@ -105,3 +131,18 @@ def test_installed_fp8attn_entry_point(tmp_path):
         pytest.skip(f"the installed fp8attn ({dist.version}) predates the entry point; reinstall with pip install .")
     out = _run_probe(tmp_path)
     assert "RESOLVED fp8attn.integrations.vllm.backend.FP8AttnBackend FP8ATTN" in out, out
+
+
+def test_cli_attention_backend_flag_selects_fp8attn(tmp_path):
+    import json
+
+    model = tmp_path / "tiny-llama"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({
+        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 256, "intermediate_size": 512,
+        "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 64, "num_hidden_layers": 1,
+        "vocab_size": 1000, "max_position_embeddings": 512, "rms_norm_eps": 1e-5, "torch_dtype": "bfloat16"}))
+    dist_dir = tmp_path / "site"
+    dist_dir.mkdir()
+    out = _run_probe(tmp_path, dist_dir=_write_dist_info(dist_dir), probe=CLI_PROBE, args=(str(model),))
+    assert "RESOLVED FP8AttnBackend" in out, out
