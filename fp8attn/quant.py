@@ -34,9 +34,13 @@ def default_p_scale(dtype: torch.dtype) -> float:
 
 
 def quantize(x: torch.Tensor, scale: torch.Tensor | float, dtype: torch.dtype) -> torch.Tensor:
-    """sat(x / scale) in ``dtype``: clamp to ±max, round to nearest even (NaN stays NaN)."""
+    """sat(x / scale) in ``dtype``: clamp to ±max, round to nearest even (NaN stays NaN).
+
+    Computed as ``x · (1/scale)`` with the reciprocal rounded to float32 once, exactly as the kernels do,
+    so the result is bit-identical to in-kernel quantization."""
     m = fp8_max(dtype)
-    return (x.float() / scale).clamp(-m, m).to(dtype)
+    inv = 1.0 / torch.as_tensor(scale, dtype=torch.float32, device=x.device)
+    return (x.float() * inv).clamp(-m, m).to(dtype)
 
 
 def dequantize(x8: torch.Tensor, scale: torch.Tensor | float = 1.0) -> torch.Tensor:
