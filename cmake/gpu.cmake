@@ -23,7 +23,8 @@ if(FP8ATTN_GPU STREQUAL "cuda")
   message(STATUS "fp8attn: FP8ATTN_HEAD_DIMS='$ENV{FP8ATTN_HEAD_DIMS}' FP8ATTN_FP8_KINDS='$ENV{FP8ATTN_FP8_KINDS}'")
 
   set(FP8ATTN_GPU_SOURCES
-    ${CMAKE_SOURCE_DIR}/csrc/cuda/ops_cuda.cu
+    ${CMAKE_SOURCE_DIR}/csrc/cuda/ops_cuda.cpp
+    ${CMAKE_SOURCE_DIR}/csrc/cuda/kv_cache_cuda.cu
     ${CMAKE_SOURCE_DIR}/csrc/kernels/fwd/api.cu
     ${FP8ATTN_GEN_SOURCES})
   set(FP8ATTN_GPU_INCLUDES ${CMAKE_SOURCE_DIR}/csrc)

@@ -1,0 +1,124 @@
+// CUDA (and, hipified, HIP) entry points of the ops, compiled by the host C++ compiler (the .cu
+// files stay torch-free): argument checks and params come from
+// make_fwd_params (shared with the CPU); this file only picks the kernel instance, sizes the
+// split-KV workspace and launches on the current stream. No host synchronisation: safe under
+// CUDA graph capture.
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <torch/library.h>
+
+#include <cstdlib>
+#include <string>
+
+#include "cuda/kv_cache_cuda.h"
+#include "kernels/fwd/api.h"
+#include "kernels/fwd/epilogue.h"
+#include "kv_cache_args.h"
+#include "ops.h"
+
+namespace fp8attn {
+namespace {
+
+std::string built_instances() {
+  int n = 0;
+  const FwdInstance* all = fwd_instances(&n);
+  std::string s;
+  for (int i = 0; i < n; ++i) s += (s.empty() ? "" : ", ") + std::string(all[i].name ? all[i].name : "");
+  return s.empty() ? "none" : s;
+}
+
+// FP8ATTN_NUM_SPLITS=N forces the split count (tests use 1 to compare with the CPU tile for tile).
+int32_t split_override() {
+  const int32_t v = [] {
+    const char* e = std::getenv("FP8ATTN_NUM_SPLITS");
+    return e && *e ? std::atoi(e) : 0;
+  }();
+  return v;
+}
+
+int32_t multiprocessors(c10::DeviceIndex dev) {
+  static int32_t cache[64] = {0};
+  if (dev < 0 || dev >= 64) return 0;
+  if (cache[dev] == 0) {
+    int n = 0;
+    C10_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
+    cache[dev] = n;
+  }
+  return cache[dev];
+}
+
+}  // namespace
+
+FP8ATTN_FORWARD_SIGNATURE(forward_cuda) {
+  const c10::cuda::CUDAGuard guard(q.device());
+  FwdPlan plan = make_fwd_params(pack_forward_args(FP8ATTN_FORWARD_ARGS));
+  FwdParams& p = plan.params;
+  if (const char* why = fwd_unsupported_reason(p)) TORCH_CHECK_VALUE(false, "fp8attn.forward on CUDA: ", why);
+  if (p.batch == 0 || p.num_heads == 0 || p.seqlen_q == 0) return plan.lse;
+  const MaskKind mk = mask_kind_of(p);
+  const FwdInstance* inst = find_fwd_instance(p.head_dim, p.fp8_kind, mk);
+  TORCH_CHECK_VALUE(inst != nullptr, "fp8attn.forward on CUDA: no kernel for head_dim=", p.head_dim, ", ",
+                    p.fp8_kind == Fp8Kind::E4M3FN ? "e4m3fn" : "e4m3fnuz",
+                    mk == MaskKind::kBand ? ", masked" : ", unmasked", " in this build (built: ", built_instances(),
+                    "; set FP8ATTN_HEAD_DIMS / FP8ATTN_FP8_KINDS at build time)");
+  p.num_sm = multiprocessors(q.device().index());
+  p.num_splits = split_override() > 0 ? split_override() : choose_num_splits(p, p.num_sm);
+  at::Tensor o_accum, lse_accum;
+  if (p.num_splits > 1) {
+    const auto opts = q.options().dtype(at::kFloat);
+    o_accum = at::empty({p.num_splits, flat_rows(p), p.num_heads, p.head_dim}, opts);
+    lse_accum = at::empty({p.num_splits, flat_rows(p), p.num_heads}, opts);
+    p.o_accum = o_accum.data_ptr<float>();
+    p.lse_accum = lse_accum.data_ptr<float>();
+  }
+  inst->launch(p, c10::cuda::getCurrentCUDAStream());
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  return plan.lse;
+}
+
+// ---- write_kv_cache ---------------------------------------------------------------------------
+namespace {
+
+void write_one_cuda(const at::Tensor& src, const at::Tensor& cache, const at::Tensor& slots,
+                    const std::optional<at::Tensor>& scale) {
+  if (src.size(0) == 0) return;
+  KvWriteArgs a;
+  a.src = src.data_ptr();
+  a.cache = cache.data_ptr();
+  a.slots = slots.data_ptr<int64_t>();
+  a.scale = scale ? scale->data_ptr<float>() : nullptr;
+  a.src_t_stride = src.stride(0);
+  a.src_h_stride = src.stride(1);
+  a.c_block_stride = cache.stride(0);
+  a.c_row_stride = cache.stride(1);
+  a.c_head_stride = cache.stride(2);
+  a.heads = static_cast<int32_t>(src.size(1));
+  a.dim = static_cast<int32_t>(src.size(2));
+  a.block_size = static_cast<int32_t>(cache.size(1));
+  a.src_bytes = static_cast<int32_t>(src.element_size());
+  a.cache_bytes = static_cast<int32_t>(cache.element_size());
+  a.src_bf16 = src.scalar_type() == at::kBFloat16;
+  a.kind = cache.scalar_type() == at::kFloat8_e4m3fnuz ? Fp8Kind::E4M3FNUZ : Fp8Kind::E4M3FN;
+  launch_write_kv(a, src.size(0), c10::cuda::getCurrentCUDAStream());
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+}  // namespace
+
+void write_kv_cache_cuda(const at::Tensor& key, const at::Tensor& value, at::Tensor& key_cache, at::Tensor& value_cache,
+                         const at::Tensor& slot_mapping, const std::optional<at::Tensor>& k_scale,
+                         const std::optional<at::Tensor>& v_scale) {
+  const c10::cuda::CUDAGuard guard(key.device());
+  check_write_kv_cache(key, value, key_cache, value_cache, slot_mapping, k_scale, v_scale);
+  const at::Tensor slots = slot_mapping.slice(0, 0, key.size(0)).to(at::kLong).contiguous();
+  write_one_cuda(key, key_cache, slots, k_scale);
+  write_one_cuda(value, value_cache, slots, v_scale);
+}
+
+TORCH_LIBRARY_IMPL(fp8attn, CUDA, m) {
+  m.impl("forward", &forward_cuda);
+  m.impl("write_kv_cache", &write_kv_cache_cuda);
+}
+
+}  // namespace fp8attn
