@@ -12,6 +12,11 @@ OUTDIR=${1:-gpu-results}
 mkdir -p "$OUTDIR"
 export PATH=/usr/local/cuda/bin:$PATH
 export PYTHONUNBUFFERED=1
+# The extension must share torch's libstdc++: a compiler wrapper that links libstdc++ statically
+# (this workplace's /opt/gcc/bin/g++ does) makes every C++ error message crash in std::locale.
+if [ -x /usr/bin/g++ ] && [ -z "${FP8ATTN_KEEP_CXX:-}" ]; then
+  export CXX=/usr/bin/g++ CC=/usr/bin/gcc CUDAHOSTCXX=/usr/bin/g++
+fi
 if [ -z "${TORCH_CUDA_ARCH_LIST:-}" ]; then
   TORCH_CUDA_ARCH_LIST=$(python3 -c 'import torch; c = torch.cuda.get_device_capability(); print(f"{c[0]}.{c[1]}" + ("a" if c == (9, 0) else ""))')
   export TORCH_CUDA_ARCH_LIST
@@ -21,11 +26,12 @@ rc=0
 if [ -z "${SKIP_BUILD:-}" ]; then
   echo "== build (TORCH_CUDA_ARCH_LIST=$TORCH_CUDA_ARCH_LIST FP8ATTN_HEAD_DIMS=${FP8ATTN_HEAD_DIMS:-all})"
   start=$(date +%s)
+  rm -rf build/temp.*/fp8attn._C  # the compiler and the generated instance list are configure-time
   if ! MAX_JOBS=${MAX_JOBS:-$(nproc)} python3 setup.py build_ext --inplace >"$OUTDIR/build.log" 2>&1; then
     tail -60 "$OUTDIR/build.log"; echo "BUILD FAILED"; exit 1
   fi
   echo "build ok in $(( $(date +%s) - start )) s"
-  grep -E "spill|registers" "$OUTDIR/build.log" | sort | uniq -c | head -40 > "$OUTDIR/ptxas.txt" || true
+  if ! ldd fp8attn/_C*.so | grep -q libstdc++; then echo "WARNING: _C links libstdc++ statically (CXX=$CXX)"; fi
 fi
 if [ -z "${SKIP_TESTS:-}" ]; then
   echo "== GPU tests"
