@@ -148,7 +148,7 @@ def test_matches_ideal_reference():
     need_dim(128)
     args, kw = make_case(q_dtype=BF16, out_dtype=BF16, causal=True, Sq=128, Sk=256, seed=21)
     gout, glse = call(*args, device=DEV, **kw)
-    rkw = {k_: v_ for k_, v_ in kw.items() if k_ not in ("window", "out_dtype")}
+    rkw = {k_: v_ for k_, v_ in kw.items() if k_ not in ("window", "out_dtype", "out_scale", "p_scale")}
     o_ref, lse_ref = ideal_attention(*args, window_size=kw["window"], **rkw)
     rel = (gout.double().cpu() - o_ref).norm() / o_ref.norm()
     assert rel < 0.05, f"relative error vs fp64 {rel:.4f}"
@@ -198,21 +198,28 @@ def test_cuda_graph_capture():
     assert torch.equal(glse, else_)
 
 
+def _rel_err_vs_ideal(out, args, kw):
+    rkw = {k_: v_ for k_, v_ in kw.items() if k_ not in ("window", "out_dtype", "out_scale", "p_scale")}
+    o_ref, _ = ideal_attention(*args, window_size=kw["window"], **rkw)
+    o = out.cpu().double()
+    if kw.get("out_scale") is not None:
+        o = o * float(kw["out_scale"])
+    return float((o - o_ref).norm() / o_ref.norm())
+
+
 def test_split_kv_decode(monkeypatch):
-    """Flash-decoding (split KV + combine) against the CPU and the fp64 reference."""
+    """Flash-decoding (split KV + combine). Each split quantizes P against its own running max, so
+    the result is not the CPU's tile for tile; it must be as accurate (vs fp64) as the CPU's."""
     need_dim(128)
     monkeypatch.delenv("FP8ATTN_NUM_SPLITS", raising=False)
     for layout, Sq in (("paged", 1), ("paged", 4), ("dense", 16)):
         args, kw = make_case(layout=layout, B=2, Sq=Sq, Sk=3000, H=32, Hkv=8, causal=True, seed=61)
         gout, glse = call(*args, device=DEV, **kw)
         cout, clse = call(*args, device="cpu", **kw)
-        frac, bad = agreement(gout, cout)
-        assert not bad and frac >= 0.98, f"split-KV {layout} Sq={Sq}: {frac:.4f} within 1 ulp of CPU"
+        assert not gout.float().isnan().any()
+        e_gpu, e_cpu = _rel_err_vs_ideal(gout, args, kw), _rel_err_vs_ideal(cout, args, kw)
+        assert e_gpu <= 1.25 * e_cpu + 1e-3, f"split-KV {layout} Sq={Sq}: err {e_gpu:.4f} vs CPU {e_cpu:.4f}"
         assert lse_close(glse, clse, tol=1e-2)
-        rkw = {k_: v_ for k_, v_ in kw.items() if k_ not in ("window", "out_dtype")}
-        o_ref, _ = ideal_attention(*args, window_size=kw["window"], **rkw)
-        rel = (gout.double().cpu() - o_ref).norm() / o_ref.norm()
-        assert rel < 0.05
         o2, _ = call(*args, device=DEV, **kw)
         assert torch.equal(gout, o2), "split-KV not bitwise repeatable"
 
@@ -223,8 +230,9 @@ def test_forced_splits_many(monkeypatch):
     args, kw = make_case(layout="varlen", D=64, B=3, Sq=5, Sk=900, H=8, Hkv=2, window=(300, 0), seed=71)
     gout, glse = call(*args, device=DEV, **kw)
     cout, clse = call(*args, device="cpu", **kw)
-    frac, bad = agreement(gout, cout)
-    assert not bad and frac >= 0.98
+    assert not gout.float().isnan().any()
+    e_gpu, e_cpu = _rel_err_vs_ideal(gout, args, kw), _rel_err_vs_ideal(cout, args, kw)
+    assert e_gpu <= 1.25 * e_cpu + 1e-3, f"err {e_gpu:.4f} vs CPU {e_cpu:.4f}"
     assert lse_close(glse, clse, tol=1e-2)
 
 
