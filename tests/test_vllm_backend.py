@@ -452,3 +452,55 @@ def test_builder_update_block_table_and_capture(vllm_config):
     assert md2.block_table is bt2 and md2.slot_mapping is sm2 and md.block_table is batch.block_table
     cap = builder.build_for_cudagraph_capture(batch.common_metadata(slot_mapping))
     assert torch.all(cap.seq_lens == 1)
+
+
+# ------------------------------------------------------------------- through vLLM's own Attention layer
+
+
+def test_vllm_attention_layer_end_to_end(vllm_config):
+    """vLLM's Attention layer with this backend: its QuantFP8 query quantization (supports_quant_query_input),
+    its unified_kv_cache_update and unified_attention_with_output ops with the forward context's metadata and
+    slot mapping, and the fused-output call the attn+quant fusion pass emits (FP8 output, output_scale)."""
+    from vllm.config import set_current_vllm_config
+    from vllm.forward_context import set_forward_context
+    from vllm.model_executor.layers.attention import Attention
+    from vllm.utils.torch_utils import _encode_layer_name
+
+    register()  # the layer looks its backend up by name
+    prefix = "model.layers.7.self_attn.attn"
+    batch = Batch(seed=7)
+    default_dtype = torch.get_default_dtype()
+    try:
+        with set_current_vllm_config(vllm_config):
+            torch.set_default_dtype(torch.bfloat16)  # the model dtype, as during model construction
+            attn = Attention(H, D, D**-0.5, HKV, cache_config=vllm_config.cache_config, prefix=prefix,
+                             attn_backend=FP8AttnBackend)
+    finally:
+        torch.set_default_dtype(default_dtype)
+    assert isinstance(attn.impl, FP8AttnImpl) and attn.query_quant is not None
+    spec = attn.get_kv_cache_spec(vllm_config)
+    assert spec.dtype == torch.uint8 and spec.head_size == D and spec.num_kv_heads == HKV
+    for name in ("_q_scale", "_k_scale", "_v_scale", "_prob_scale"):  # as loaded from a checkpoint
+        getattr(attn, name).copy_(getattr(batch.layer, name))
+
+    attn.kv_cache = make_kv_cache(batch.num_blocks, KVCacheLayout.LBNHC)
+    ctx_k, ctx_v, ctx_slots = batch.context_step()
+    attn.impl.do_kv_cache_update(attn, ctx_k, ctx_v, attn.kv_cache, ctx_slots)
+    key, value, slot_mapping = batch.new_step()
+    builder = FP8AttnMetadataBuilder(spec, [prefix], vllm_config, torch.device("cpu"))
+    metadata = builder.build(0, batch.common_metadata(slot_mapping))
+    with set_forward_context({prefix: metadata}, vllm_config, slot_mapping={prefix: slot_mapping}):
+        out = attn(batch.q.reshape(-1, H * D), key.reshape(-1, HKV * D), value.reshape(-1, HKV * D))
+    assert out.shape == (batch.T + PAD_TOKENS, H * D) and out.dtype == torch.bfloat16
+    ref = batch.reference(attn.impl)
+    torch.testing.assert_close(out[: batch.T].view(-1, H, D), ref, rtol=0, atol=0)
+
+    # what AttnFp8StaticQuantPattern's replacement calls: FP8 output buffer plus the quant op's scale
+    output_scale = (ref.float().abs().amax() / fp8_max(FP8)).reshape(1)
+    q8 = attn.query_quant(batch.q.reshape(-1, H * D), attn._q_scale)[0].view(-1, H, D)
+    out8 = torch.empty(batch.T + PAD_TOKENS, H, D, dtype=FP8)
+    with set_forward_context({prefix: metadata}, vllm_config, slot_mapping={prefix: slot_mapping}):
+        torch.ops.vllm.unified_attention_with_output(q8, key, value, out8, _encode_layer_name(prefix),
+                                                     output_scale=output_scale)
+    ref8 = batch.reference(attn.impl, out_scale=output_scale)
+    assert torch.equal(out8[: batch.T].view(torch.uint8), ref8.view(torch.uint8))

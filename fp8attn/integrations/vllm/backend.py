@@ -300,6 +300,8 @@ class FP8AttnImpl(AttentionImpl[FP8AttnMetadata]):
         slot_mapping: torch.Tensor,
     ) -> None:
         """Write the step's new K/V rows into the cache at slot_mapping, quantized with k_scale / v_scale."""
+        if kv_cache.numel() == 0:  # no cache bound yet (profiling)
+            return
         key_cache, value_cache = self._kv_caches(kv_cache)
         # key/value may be padded beyond the scheduled tokens; slot_mapping is not.
         n = slot_mapping.shape[0]
