@@ -10,6 +10,7 @@
 
 #include <cstdlib>
 #include <string>
+#include <utility>
 
 #include "cuda/kv_cache_cuda.h"
 #include "kernels/fwd/api.h"
@@ -37,6 +38,18 @@ int32_t split_override() {
   return v;
 }
 
+std::pair<int, int> device_cc(c10::DeviceIndex dev) {
+  static std::pair<int, int> cache[64];
+  if (dev < 0 || dev >= 64) return {0, 0};
+  if (cache[dev].first == 0) {
+    int major = 0, minor = 0;
+    C10_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+    C10_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
+    cache[dev] = {major, minor};
+  }
+  return cache[dev];
+}
+
 int32_t multiprocessors(c10::DeviceIndex dev) {
   static int32_t cache[64] = {0};
   if (dev < 0 || dev >= 64) return 0;
@@ -57,8 +70,10 @@ FP8ATTN_FORWARD_SIGNATURE(forward_cuda) {
   if (const char* why = fwd_unsupported_reason(p)) TORCH_CHECK_VALUE(false, "fp8attn.forward on CUDA: ", why);
   if (p.batch == 0 || p.num_heads == 0 || p.seqlen_q == 0) return plan.lse;
   const MaskKind mk = mask_kind_of(p);
-  const FwdInstance* inst = find_fwd_instance(p.head_dim, p.fp8_kind, mk);
+  const NvPipe pipe = choose_pipe(device_cc(q.device().index()).first, device_cc(q.device().index()).second);
+  const FwdInstance* inst = find_fwd_instance(pipe, p.head_dim, p.fp8_kind, mk);
   TORCH_CHECK_VALUE(inst != nullptr, "fp8attn.forward on CUDA: no kernel for head_dim=", p.head_dim, ", ",
+                    pipe == NvPipe::kF16 ? "f16 pipeline, " : "e4m3 pipeline, ",
                     p.fp8_kind == Fp8Kind::E4M3FN ? "e4m3fn" : "e4m3fnuz",
                     mk == MaskKind::kBand ? ", masked" : ", unmasked", " in this build (built: ", built_instances(),
                     "; set FP8ATTN_HEAD_DIMS / FP8ATTN_FP8_KINDS at build time)");

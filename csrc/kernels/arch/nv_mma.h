@@ -70,6 +70,33 @@ FP8ATTN_DEVICE uint32_t fp8x2_to_half2(uint32_t x, bool hi) {
   return r;
 }
 
+// Exact e4m3 -> f16x2 of two fp8 codes in the low 16 bits of x (hardware cvt on sm_89+ for fn).
+template <Fp8Kind K>
+FP8ATTN_DEVICE uint32_t fp8x2_lo_to_half2(uint32_t x) {
+#if FP8ATTN_NV_FP8_MMA
+  if constexpr (K == Fp8Kind::E4M3FN) {
+    uint32_t r;
+    asm("cvt.rn.f16x2.e4m3x2 %0, %1;\n" : "=r"(r) : "h"(static_cast<uint16_t>(x)));
+    return r;
+  } else
+#endif
+  {
+    return fp8x2_to_half2<K>(x, false);
+  }
+}
+
+// D(16x8, f32) += A(16x16, f16, row) * B(16x8, f16, col): lane (g, t) holds a[0] = A[g][2t..2t+1],
+// a[1] = A[g+8][2t..], a[2] = A[g][8+2t..], a[3] = A[g+8][8+2t..]; b[0] = B[2t..2t+1][g], b[1] = B[8+2t..][g].
+struct MmaF16 {
+  FP8ATTN_DEVICE static void mma(float c[4], const uint32_t a[4], const uint32_t b[2]) { mma_f16_16816(c, a, b); }
+};
+
+FP8ATTN_DEVICE void ldmatrix_x4_trans(uint32_t r[4], const void* smem_row) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_addr(smem_row)));
+}
+
 template <Fp8Kind K>
 struct MmaFp8 {
   FP8ATTN_DEVICE static void mma(float c[4], const uint32_t a[4], const uint32_t b[2]) {
@@ -132,6 +159,30 @@ struct PQuant {
     }
   }
 };
+
+// P quantization straight into an f16x2 A-fragment register: codes of sat(p0 / p_scale),
+// sat(p1 / p_scale) as their exact f16 values (lo = p0); *sum += their values.
+template <Fp8Kind K>
+FP8ATTN_DEVICE uint32_t quantize2_f16(float p0, float p1, float inv_p_scale, float* sum) {
+  uint32_t h;
+#if FP8ATTN_NV_FP8_MMA
+  if constexpr (K == Fp8Kind::E4M3FN) {
+    uint16_t c;
+    asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;\n" : "=h"(c) : "f"(p1 * inv_p_scale), "f"(p0 * inv_p_scale));
+    asm("cvt.rn.f16x2.e4m3x2 %0, %1;\n" : "=r"(h) : "h"(c));
+  } else
+#endif
+  {
+    const uint32_t c = static_cast<uint32_t>(fp8_encode<K>(p0 * inv_p_scale)) |
+                       (static_cast<uint32_t>(fp8_encode<K>(p1 * inv_p_scale)) << 8);
+    h = fp8x2_to_half2<K>(c, false);
+  }
+  float f0, f1;
+  asm("{\n.reg .f16 a, b;\nmov.b32 {a, b}, %2;\ncvt.f32.f16 %0, a;\ncvt.f32.f16 %1, b;\n}\n"
+      : "=f"(f0), "=f"(f1) : "r"(h));
+  *sum += f0 + f1;
+  return h;
+}
 
 // 4x4 byte transpose: in[r] holds bytes (r, 0..3); out[c] holds bytes (0..3, c).
 FP8ATTN_DEVICE void transpose4x4_bytes(const uint32_t in[4], uint32_t out[4]) {

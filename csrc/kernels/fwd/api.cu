@@ -2,6 +2,8 @@
 #include "api.h"
 
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 
 #include "policy.h"
 
@@ -14,12 +16,29 @@ bool aligned16(const void* ptr, int64_t s0, int64_t s1, int64_t s2, int64_t elem
 }
 }  // namespace
 
-const FwdInstance* find_fwd_instance(int32_t head_dim, Fp8Kind kind, MaskKind mask) {
+const FwdInstance* find_fwd_instance(NvPipe pipe, int32_t head_dim, Fp8Kind kind, MaskKind mask) {
   int n = 0;
   const FwdInstance* all = fwd_instances(&n);
   for (int i = 0; i < n; ++i)
-    if (all[i].head_dim == head_dim && all[i].fp8_kind == kind && all[i].mask == mask) return &all[i];
+    if (all[i].launch && all[i].pipe == pipe && all[i].head_dim == head_dim && all[i].fp8_kind == kind &&
+        all[i].mask == mask)
+      return &all[i];
   return nullptr;
+}
+
+NvPipe choose_pipe(int cc_major, int cc_minor) {
+  const char* e = std::getenv("FP8ATTN_NV_PIPELINE");
+  if (e && std::strcmp(e, "e4m3") == 0) return NvPipe::kE4M3;
+  if (e && std::strcmp(e, "f16") == 0) return NvPipe::kF16;
+  int n = 0;
+  const FwdInstance* all = fwd_instances(&n);
+  bool has[2] = {false, false};
+  for (int i = 0; i < n; ++i)
+    if (all[i].launch) has[static_cast<int>(all[i].pipe)] = true;
+  const bool native_e4m3 = cc_major == 8 && cc_minor >= 9;
+  const NvPipe want = native_e4m3 ? NvPipe::kE4M3 : NvPipe::kF16;
+  if (has[static_cast<int>(want)]) return want;
+  return has[0] ? NvPipe::kE4M3 : NvPipe::kF16;
 }
 
 const char* fwd_unsupported_reason(const FwdParams& p) {

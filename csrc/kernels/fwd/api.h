@@ -15,8 +15,13 @@ constexpr int kGpuKvTile = 64;
 
 using FwdLaunchFn = void (*)(const FwdParams&, cudaStream_t);
 
+// NVIDIA pipelines: e4m3 operands straight into mma.sync (native on sm_89), or widened to f16 in
+// shared memory (sm_90, where e4m3 mma.sync is lowered to f16 HMMAs plus operand conversions).
+enum class NvPipe : int32_t { kE4M3 = 0, kF16 = 1 };
+
 struct FwdInstance {
-  const char* name;  // e.g. "fwd_sm89_hd128_e4m3fn_band"
+  const char* name;  // e.g. "fwd_sm90_hd128_e4m3fn_band"
+  NvPipe pipe;
   int32_t head_dim;
   Fp8Kind fp8_kind;
   MaskKind mask;
@@ -25,7 +30,11 @@ struct FwdInstance {
 
 // All instances compiled into this build (generated); explicit key lookup, no first-match order.
 const FwdInstance* fwd_instances(int* count);
-const FwdInstance* find_fwd_instance(int32_t head_dim, Fp8Kind kind, MaskKind mask);
+const FwdInstance* find_fwd_instance(NvPipe pipe, int32_t head_dim, Fp8Kind kind, MaskKind mask);
+
+// The pipeline for a device of compute capability major.minor: FP8ATTN_NV_PIPELINE=e4m3|f16
+// overrides; else f16 on sm_90+ and e4m3 on sm_89, falling back to whichever is built.
+NvPipe choose_pipe(int cc_major, int cc_minor);
 
 // The mask kind a call needs.
 inline MaskKind mask_kind_of(const FwdParams& p) {

@@ -12,12 +12,12 @@
 
 #include "epilogue.h"
 #include "pipeline.h"
+#include "pipeline_f16.h"
 
 namespace fp8attn {
 
-template <class Problem, class Policy>
+template <class Problem, class Policy, class Pipe>
 __global__ void __launch_bounds__(Policy::kThreads) fwd_kernel(const __grid_constant__ FwdParams p) {
-  using Pipe = FwdPipeline<Problem, Policy>;
   extern __shared__ __align__(128) uint8_t smem[];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
 
@@ -57,8 +57,8 @@ __global__ void __launch_bounds__(Policy::kThreads) fwd_kernel(const __grid_cons
   const float p_scale = p.p_scale_ptr ? *p.p_scale_ptr : p.p_scale_default;
   const typename Policy::PQuant pq{1.f / p_scale};
 
-  Pipe::load_q(p, c, smem + Policy::kOffQ);
-  Pipe::zero_k_pad(smem + Policy::kOffK);
+  Pipe::load_q(p, c, smem);
+  Pipe::prepare(smem);
 
   FwdState<Policy> st;
 #pragma unroll

@@ -8,10 +8,10 @@
 
 namespace fp8attn {
 
-template <class Problem>
-void launch_fwd(const FwdParams& p, cudaStream_t stream) {
-  using Policy = FwdPolicyNvMma<Problem>;
-  auto* kern = &fwd_kernel<Problem, Policy>;
+// One (Problem, Policy, Pipeline) combination.
+template <class Problem, class Policy, class Pipe>
+void launch_with(const FwdParams& p, cudaStream_t stream) {
+  auto* kern = &fwd_kernel<Problem, Policy, Pipe>;
   // Once per instance and process (not a stream operation: fine during graph capture).
   static const cudaError_t attr_err =
       cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, Policy::kSmemBytes);
@@ -25,6 +25,28 @@ void launch_fwd(const FwdParams& p, cudaStream_t stream) {
     const int64_t items = static_cast<int64_t>(p.seqlen_q) * p.num_heads;
     const dim3 grid(static_cast<unsigned>((items + kCombineWarps - 1) / kCombineWarps), p.batch);
     fwd_combine_kernel<Problem::kFp8><<<grid, 32 * kCombineWarps, 0, stream>>>(p);
+  }
+}
+
+// The instance entry point: picks the policy for the call's shape.
+//   kE4M3: e4m3 mma.sync (native on sm_89), 4 warps x 16 rows.
+//   kF16:  operands widened to f16 in shared memory (sm_90), 4 warps x 16 rows; when a (batch,
+//          kv head) has at most 16 packed rows (decode: q_len * H/H_kv <= 16) one warp per block,
+//          so that no MMA rows are wasted and 4x more blocks stream the KV cache.
+template <class Problem, NvPipe kPipe>
+void launch_fwd(const FwdParams& p, cudaStream_t stream) {
+  if constexpr (kPipe == NvPipe::kE4M3) {
+    using Policy = FwdPolicyNvMma<Problem>;
+    launch_with<Problem, Policy, FwdPipeline<Problem, Policy>>(p, stream);
+  } else {
+    const int64_t rows = static_cast<int64_t>(p.seqlen_q) * (p.num_heads / p.num_heads_k);
+    if (rows <= 16) {
+      using Policy = FwdPolicyNvF16<Problem, 1>;
+      launch_with<Problem, Policy, FwdPipelineNvF16<Problem, Policy>>(p, stream);
+    } else {
+      using Policy = FwdPolicyNvF16<Problem, 4>;
+      launch_with<Problem, Policy, FwdPipelineNvF16<Problem, Policy>>(p, stream);
+    }
   }
 }
 

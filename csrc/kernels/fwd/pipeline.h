@@ -43,7 +43,8 @@ struct FwdPipeline {
 
   // ---- loads -------------------------------------------------------------------------------
   // q rows of the block -> shared memory as fp8 codes (quantized with 1/q_descale when 16-bit).
-  FP8ATTN_DEVICE static void load_q(const FwdParams& p, const BlockCtx& c, uint8_t* sQ) {
+  FP8ATTN_DEVICE static void load_q(const FwdParams& p, const BlockCtx& c, uint8_t* smem) {
+    uint8_t* sQ = smem + Policy::kOffQ;
     for (int i = threadIdx.x; i < Policy::kBlockM * (Policy::kDPad / 16); i += kThreads) {
       const int r = i / (Policy::kDPad / 16), ch = i % (Policy::kDPad / 16);
       const int mrow = c.m0 + r;
@@ -74,7 +75,8 @@ struct FwdPipeline {
   }
 
   // Zero the K pad columns [D, DPad) of both stages once (cp.async never writes them).
-  FP8ATTN_DEVICE static void zero_k_pad(uint8_t* sK) {
+  FP8ATTN_DEVICE static void prepare(uint8_t* smem) {
+    uint8_t* sK = smem + Policy::kOffK;
     if constexpr (Policy::kDPad != kD) {
       constexpr int kPadChunks = (Policy::kDPad - kD) / 16;
       for (int i = threadIdx.x; i < 2 * kBN * kPadChunks; i += kThreads) {
