@@ -155,7 +155,7 @@ def test_backend_and_impl_flags():
     assert FP8AttnBackend.forward_includes_kv_cache_update is False
     assert FP8AttnBackend.supported_kv_cache_layouts() is None  # the op takes any strided cache view
     assert not FP8AttnBackend.is_mla() and not FP8AttnBackend.supports_sink()
-    assert FP8AttnMetadataBuilder._cudagraph_support == AttentionCGSupport.ALWAYS
+    assert FP8AttnMetadataBuilder._cudagraph_support == AttentionCGSupport.UNIFORM_BATCH
 
 
 def test_head_size_list_matches_the_op():
@@ -442,7 +442,7 @@ def test_builder_update_block_table_and_capture(vllm_config):
     batch = Batch(seed=6)
     spec = FullAttentionSpec(block_size=BLOCK, num_kv_heads=HKV, head_size=D, dtype=torch.uint8)
     builder = FP8AttnMetadataBuilder(spec, ["layers.0.self_attn.attn"], vllm_config, torch.device("cpu"))
-    assert builder.get_cudagraph_support(vllm_config, spec) == AttentionCGSupport.ALWAYS
+    assert builder.get_cudagraph_support(vllm_config, spec) == AttentionCGSupport.UNIFORM_BATCH
     _, _, slot_mapping = batch.new_step()
     md = builder.build(0, batch.common_metadata(slot_mapping))
     assert md.num_actual_tokens == batch.T and md.max_query_len == 37 and md.max_seq_len == max(batch.seq)

@@ -154,10 +154,14 @@ class FP8AttnMetadata(AttentionMetadata):
 
 
 class FP8AttnMetadataBuilder(AttentionMetadataBuilder[FP8AttnMetadata]):
-    # One op call covers any mix of prefills and decodes, reading every length from device tensors with
-    # max_seqlen_q / max_seqlen_k as upper bounds (vLLM captures graphs with max_seq_len = max_model_len),
-    # and it never synchronises with the host: capture-safe for any batch.
-    _cudagraph_support: ClassVar[AttentionCGSupport] = AttentionCGSupport.ALWAYS
+    # The op never synchronises with the host when max_seqlen_q / max_seqlen_k are given, and reads every
+    # length from device tensors, so a captured call replays correctly as long as the captured bounds hold:
+    # vLLM captures with max_seq_len = max_model_len (a bound on every key length), but the max query length
+    # of a mixed batch it replays can exceed the captured one, and a kernel may size its grid by
+    # max_seqlen_q. So full graphs for uniform (decode / spec-decode verify) batches, whose query length is
+    # fixed; mixed batches run piecewise or eagerly. ALWAYS is safe once the GPU kernels size their grids by
+    # the token count instead.
+    _cudagraph_support: ClassVar[AttentionCGSupport] = AttentionCGSupport.UNIFORM_BATCH
     supports_update_block_table: bool = True
 
     def __init__(
