@@ -17,7 +17,7 @@ echo "== ruff"
 "$PY" -m ruff check .
 echo "== pytest"
 set +e
-"$PY" -m pytest -q -rs tests
+FP8ATTN_REQUIRE_VLLM=1 "$PY" -m pytest -q -rs tests
 rc=$?
 set -e
 if [ $rc -eq 5 ]; then echo "pytest collected no tests"; exit 1; fi
