@@ -63,10 +63,11 @@ int32_t choose_num_splits(const FwdParams& p, int32_t num_sm) {
   const int64_t m_blocks = (static_cast<int64_t>(p.seqlen_q) * group + 63) / 64;
   const int64_t blocks = m_blocks * p.batch * p.num_heads_k;
   const int64_t tiles = (static_cast<int64_t>(p.seqlen_k) + kGpuKvTile - 1) / kGpuKvTile;
-  if (blocks <= 0 || num_sm <= 0 || blocks >= num_sm || tiles < 8) return 1;
-  // Fill about two waves of blocks, with at least 4 tiles (256 keys) per split.
-  const int64_t want = (2 * num_sm + blocks - 1) / blocks;
-  return static_cast<int32_t>(std::max<int64_t>(1, std::min<int64_t>({want, tiles / 4, 64})));
+  if (blocks <= 0 || num_sm <= 0 || blocks >= num_sm || tiles < 4) return 1;
+  // About three blocks per multiprocessor (what fits next to each other), at least 2 tiles
+  // (128 keys) per split.
+  const int64_t want = (3 * num_sm + blocks - 1) / blocks;
+  return static_cast<int32_t>(std::max<int64_t>(1, std::min<int64_t>({want, tiles / 2, 128})));
 }
 
 }  // namespace fp8attn
