@@ -194,5 +194,126 @@ FP8ATTN_DEVICE void transpose4x4_bytes(const uint32_t in[4], uint32_t out[4]) {
   out[3] = __byte_perm(t01hi, t23hi, 0x7632);
 }
 
+
+// Lanes of one 32-lane group exchange values (NVIDIA: the whole warp).
+FP8ATTN_DEVICE float shfl_xor(float x, int mask) { return __shfl_xor_sync(0xffffffffu, x, mask); }
+
+// The warp tile of the fp8-operand pipeline (pipeline.h) on NVIDIA: one warp computes 16 packed
+// query rows x the 64-key KV tile with MmaFp8 (m16n8k32). The interface every atom family's Tile
+// provides (the AMD one is amd_mfma.h) -- the pipeline and the kernel use nothing else:
+//   kWarpSize, kRowsPerWarp, kRows (query rows owned by one thread), kSElems (S values per thread
+//   per KV tile), kPWords (u32 words of P8 per thread), kDAlign (head-dim padding of the tiles),
+//   kInvProductScale (1 / value of one atom product relative to the true product of the codes),
+//   o_frags(D) / o_cols(D) (4-float groups of the O accumulator / columns it covers, >= D), row_in_warp(lane, ri), row_leader(lane),
+//   s_row(i) / s_key(lane, i) (row slot / key in the tile of S element i), p_row(w) / p_src(w, b)
+//   (row slot of P word w; S element quantized into its byte b), o_row(e) / o_col(lane, e)
+//   (row slot / column d of O element e), row_max / row_sum (over the lanes sharing a row),
+//   k_row(r) (LDS row of key r), copy16 / copy_commit / copy_wait (global -> LDS),
+//   transpose4x4_bytes, qk<Policy>(s, sQ, sK, warp, lane), pv<Policy>(acc, pa, sVt, lane), PQuant.
+template <Fp8Kind K>
+struct Sm89Tile {
+  static constexpr int kWarpSize = 32;
+  static constexpr int kRowsPerWarp = 16;
+  static constexpr int kRows = 2;  // lane (g, t) owns rows g and g + 8
+  static constexpr int kSElems = 32;  // 8 n8 tiles x 4
+  static constexpr int kPWords = 8;
+  static constexpr int kDAlign = 32;  // k32 steps of Q.K^T
+  static constexpr float kInvProductScale = 1.f;
+  using PQuant = nv::PQuant<K>;
+  using Mma = MmaFp8<K>;
+
+  FP8ATTN_HD static constexpr int o_frags(int d) { return d / 8; }  // n8 tiles
+  FP8ATTN_HD static constexpr int o_cols(int d) { return d; }       // columns the O tile covers
+  FP8ATTN_DEVICE static int row_in_warp(int lane, int ri) { return lane / 4 + 8 * ri; }
+  FP8ATTN_DEVICE static bool row_leader(int lane) { return lane % 4 == 0; }
+  // S element i = 4j + c of n8 tile j: row slot c >> 1, key key_of(j, 2t + (c & 1)).
+  FP8ATTN_HD static constexpr int s_row(int i) { return (i & 3) >> 1; }
+  FP8ATTN_DEVICE static int s_key(int lane, int i) {  // = key_of(i >> 2, 2t + (i & 1)), folded
+    const int j = i >> 2;
+    return 32 * (j >> 2) + 16 * ((j >> 1) & 1) + 4 * (lane % 4) + 2 * (j & 1) + (i & 1);
+  }
+  // P word w = 4q + 2hh + ri is A register (ri + 2hh) of P.V k32 step q: S tiles j = 4q + 2hh, j + 1.
+  FP8ATTN_HD static constexpr int p_row(int w) { return w & 1; }
+  FP8ATTN_HD static constexpr int p_src(int w, int b) { return ((w & ~1) + (b >> 1)) * 4 + 2 * (w & 1) + (b & 1); }
+  FP8ATTN_HD static constexpr int o_row(int e) { return (e & 3) >> 1; }
+  FP8ATTN_DEVICE static int o_col(int lane, int e) { return 8 * (e >> 2) + 2 * (lane % 4) + (e & 1); }
+  FP8ATTN_DEVICE static float row_max(float x) {
+    x = fmaxf(x, shfl_xor(x, 1));
+    return fmaxf(x, shfl_xor(x, 2));
+  }
+  FP8ATTN_DEVICE static float row_sum(float x) {
+    x += shfl_xor(x, 1);
+    return x + shfl_xor(x, 2);
+  }
+
+  // Key order inside a 32-key MMA step. The S accumulator of n8 tile j (0..3) in lane (g, t) holds
+  // columns 2t, 2t+1; we make those keys 16*(j>>1) + 4t + 2*(j&1) + {0,1}, so that a lane holds keys
+  // 4t..4t+3 and 16+4t..16+4t+3 -- exactly its A fragment of the P.V mma, with no shuffles. The K
+  // rows feeding tile j's B operand are therefore key_of(j, n) for n = 0..7.
+  FP8ATTN_HD static int key_of(int j, int n) {  // j: n8 tile in the 64-key tile (0..7), n: column 0..7
+    return 32 * (j >> 2) + 16 * ((j >> 1) & 1) + 4 * (n >> 1) + 2 * (j & 1) + (n & 1);
+  }
+  // Physical K row of key r: permutes r mod 16 so that the 8 keys of one n8 tile land in 8
+  // distinct rows mod 8 (conflict-free ldmatrix with the odd-chunk row stride).
+  FP8ATTN_HD static int k_row(int r) {
+    const int x = r & 15;
+    return (r & ~15) | (((x >> 1) & 1) << 3) | (((x >> 3) & 1) << 2) | (((x >> 2) & 1) << 1) | (x & 1);
+  }
+
+  FP8ATTN_DEVICE static void copy16(void* smem, const void* gmem, bool pred) { cp_async_16(smem, gmem, pred); }
+  FP8ATTN_DEVICE static void copy_commit() { cp_async_commit(); }
+  FP8ATTN_DEVICE static void copy_wait_all() { cp_async_wait<0>(); }
+  FP8ATTN_DEVICE static void transpose4x4_bytes(const uint32_t in[4], uint32_t out[4]) {
+    nv::transpose4x4_bytes(in, out);
+  }
+
+  // s = Q . K^T for the warp's 16 rows and the 64 keys of the tile (s zeroed here).
+  template <class Policy>
+  FP8ATTN_DEVICE static void qk(float s[kSElems], const uint8_t* sQ, const uint8_t* sK, int warp, int lane) {
+#pragma unroll
+    for (int i = 0; i < kSElems; ++i) s[i] = 0.f;
+    const uint8_t* qa = sQ + (warp * 16 + (lane & 7) + 8 * ((lane >> 3) & 1)) * Policy::kRowStride + 16 * (lane >> 4);
+#pragma unroll
+    for (int ks = 0; ks < Policy::kDPad / 32; ++ks) {
+      uint32_t a[4];
+      ldmatrix_x4(a, qa + 32 * ks);
+#pragma unroll
+      for (int jp = 0; jp < 4; ++jp) {
+        const int mi = lane >> 3, j = 2 * jp + (mi >> 1);
+        const int row = k_row(key_of(j, lane & 7));
+        uint32_t bf[4];
+        ldmatrix_x4(bf, sK + row * Policy::kRowStride + 32 * ks + 16 * (mi & 1));
+        const uint32_t b0[2] = {bf[0], bf[1]}, b1[2] = {bf[2], bf[3]};
+        Mma::mma(s + 4 * (2 * jp), a, b0);
+        Mma::mma(s + 4 * (2 * jp + 1), a, b1);
+      }
+    }
+  }
+
+  // acc += P8 . V8 (pa: the kPWords words of P8, Vt: V transposed [d][key]).
+  template <class Policy>
+  FP8ATTN_DEVICE static void pv(float (*acc)[4], const uint32_t pa[kPWords], const uint8_t* sVt, int lane) {
+    const uint8_t* vb = sVt + ((lane & 7) + 8 * (lane >> 4)) * Policy::kVtStride + 16 * ((lane >> 3) & 1);
+#pragma unroll
+    for (int q = 0; q < 2; ++q) {
+#pragma unroll
+      for (int dp = 0; dp < Policy::kD / 16; ++dp) {
+        uint32_t bf[4];
+        ldmatrix_x4(bf, vb + 16 * dp * Policy::kVtStride + 32 * q);
+        const uint32_t b0[2] = {bf[0], bf[1]}, b1[2] = {bf[2], bf[3]};
+        Mma::mma(acc[2 * dp], pa + 4 * q, b0);
+        Mma::mma(acc[2 * dp + 1], pa + 4 * q, b1);
+      }
+    }
+  }
+};
+
+// The NVIDIA mma.sync family: the tile above, up to 227 KiB of shared memory per block.
+struct Sm89 {
+  static constexpr int kSmemLimit = 227 * 1024;
+  template <Fp8Kind K>
+  using Tile = Sm89Tile<K>;
+};
+
 }  // namespace nv
 }  // namespace fp8attn

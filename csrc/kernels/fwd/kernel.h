@@ -3,7 +3,7 @@
 //
 // Grid: x = (batch * kv_heads) * m_blocks, m fastest (the blocks that share one K/V stream run
 // together; m reversed so that the longest causal blocks start first); y = KV split.
-// Rows: a block owns 64 "packed" rows of one (batch, kv head): packed row m is query row m / G of
+// Rows: a block owns Policy::kBlockM "packed" rows of one (batch, kv head): packed row m is query row m / G of
 // q head hkv*G + m % G (G = H / H_kv), so GQA/MQA heads share each K/V tile load, and decode
 // (q_len 1..16) still fills the MMA rows.
 #pragma once
@@ -12,14 +12,15 @@
 
 #include "epilogue.h"
 #include "pipeline.h"
-#include "pipeline_f16.h"
 
 namespace fp8attn {
 
 template <class Problem, class Policy, class Pipe>
 __global__ void __launch_bounds__(Policy::kThreads) fwd_kernel(const __grid_constant__ FwdParams p) {
+  using Tile = typename Policy::Tile;
+  constexpr int kR = Tile::kRows;
   extern __shared__ __align__(128) uint8_t smem[];
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int warp = threadIdx.x / Tile::kWarpSize, lane = threadIdx.x % Tile::kWarpSize;
 
   BlockCtx c;
   c.group = p.num_heads / p.num_heads_k;
@@ -41,18 +42,20 @@ __global__ void __launch_bounds__(Policy::kThreads) fwd_kernel(const __grid_cons
   c.tile_begin = min(t_hi, t_lo + static_cast<int32_t>(blockIdx.y) * per);
   c.tile_end = min(t_hi, c.tile_begin + per);
 
-  // The thread's two rows, their heads and logits transforms (scales are per q head / kv head).
+  // The thread's rows, their heads and logits transforms (scales are per q head / kv head). The
+  // atom's products may come out scaled by a power of two (Tile::kInvProductScale undoes it,
+  // exactly: see arch/amd_mfma.h); it is folded into the QK scale here and the O scale below.
   const float k_descale = p.k_descale ? p.k_descale[c.hkv * p.k_descale_head_stride] : 1.f;
-  int32_t mrow[2], qrow[2], head[2];
-  LogitsTransform logits[2];
+  int32_t mrow[kR], qrow[kR], head[kR];
+  LogitsTransform logits[kR];
 #pragma unroll
-  for (int ri = 0; ri < 2; ++ri) {
-    mrow[ri] = c.m0 + warp * 16 + g + 8 * ri;
+  for (int ri = 0; ri < kR; ++ri) {
+    mrow[ri] = c.m0 + warp * Tile::kRowsPerWarp + Tile::row_in_warp(lane, ri);
     const int32_t mr = min(mrow[ri], c.rows - 1);
     qrow[ri] = mr / c.group;
     head[ri] = c.hkv * c.group + mr % c.group;
     const float q_descale = p.q_descale ? p.q_descale[head[ri] * p.q_descale_head_stride] : 1.f;
-    logits[ri] = LogitsTransform::make(p.softmax_scale, q_descale * k_descale, p.softcap);
+    logits[ri] = LogitsTransform::make(p.softmax_scale, q_descale * k_descale * Tile::kInvProductScale, p.softcap);
   }
   const float p_scale = p.p_scale_ptr ? *p.p_scale_ptr : p.p_scale_default;
   const typename Policy::PQuant pq{1.f / p_scale};
@@ -63,31 +66,38 @@ __global__ void __launch_bounds__(Policy::kThreads) fwd_kernel(const __grid_cons
   FwdState<Policy> st;
 #pragma unroll
   for (int n = 0; n < Policy::kNTilesO; ++n) st.acc[n][0] = st.acc[n][1] = st.acc[n][2] = st.acc[n][3] = 0.f;
-  st.m[0] = st.m[1] = -INFINITY;
-  st.l[0] = st.l[1] = 0.f;
+#pragma unroll
+  for (int ri = 0; ri < kR; ++ri) {
+    st.m[ri] = -INFINITY;
+    st.l[ri] = 0.f;
+  }
   Pipe::run(p, c, qrow, logits, pq, smem, st);  // its first barrier publishes Q and the K pad
 
   // ---- epilogue
   const float v_descale = p.v_descale ? p.v_descale[c.hkv * p.v_descale_head_stride] : 1.f;
   const OutputTransform<Problem::kFp8> ot = OutputTransform<Problem::kFp8>::make(p);
   const bool split = p.num_splits > 1;
+  // The O tile may cover columns past D (the AMD tile's 32-wide d blocks): those are not stored.
+  constexpr bool kPadCols = Tile::o_cols(Problem::kHeadDim) != Problem::kHeadDim;
 #pragma unroll
-  for (int ri = 0; ri < 2; ++ri) {
-    float l = st.l[ri];
-    l += __shfl_xor_sync(0xffffffffu, l, 1);
-    l += __shfl_xor_sync(0xffffffffu, l, 2);
+  for (int ri = 0; ri < kR; ++ri) {
+    const float l = Tile::row_sum(st.l[ri]);
     if (mrow[ri] >= c.rows) continue;
     const bool empty = st.m[ri] == -INFINITY;
-    const float o_scale = empty ? 0.f : v_descale / l;
+    const float o_scale = empty ? 0.f : v_descale * Tile::kInvProductScale / l;
     const float lse = empty ? -INFINITY : lse_of(st.m[ri], l, p_scale);
     if (!split) {
       const int64_t off = out_offset(p, c.b, qrow[ri], head[ri]);
 #pragma unroll
       for (int n = 0; n < Policy::kNTilesO; ++n) {
-        ot.store(p.out, off + 8 * n + 2 * t, st.acc[n][2 * ri] * o_scale);
-        ot.store(p.out, off + 8 * n + 2 * t + 1, st.acc[n][2 * ri + 1] * o_scale);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const int d = Tile::o_col(lane, 4 * n + i);
+          if (Tile::o_row(4 * n + i) == ri && (!kPadCols || d < Problem::kHeadDim))
+            ot.store(p.out, off + d, st.acc[n][i] * o_scale);
+        }
       }
-      if (p.lse && t == 0)
+      if (p.lse && Tile::row_leader(lane))
         p.lse[c.seq.lse_offset + static_cast<int64_t>(head[ri]) * p.lse_head_stride +
               static_cast<int64_t>(qrow[ri]) * p.lse_row_stride] = lse;
     } else {
@@ -95,23 +105,31 @@ __global__ void __launch_bounds__(Policy::kThreads) fwd_kernel(const __grid_cons
                           head[ri];
       float* o = p.o_accum + row * p.head_dim;
 #pragma unroll
-      for (int n = 0; n < Policy::kNTilesO; ++n)
-        *reinterpret_cast<float2*>(o + 8 * n + 2 * t) =
-            make_float2(st.acc[n][2 * ri] * o_scale, st.acc[n][2 * ri + 1] * o_scale);
-      if (t == 0) p.lse_accum[row] = lse;
+      for (int n = 0; n < Policy::kNTilesO; ++n) {
+#pragma unroll
+        for (int i = 0; i < 4; i += 2) {  // elements (i, i + 1) are adjacent columns of one row
+          const int d = Tile::o_col(lane, 4 * n + i);
+          if (Tile::o_row(4 * n + i) == ri && (!kPadCols || d < Problem::kHeadDim))
+            *reinterpret_cast<float2*>(o + d) = make_float2(st.acc[n][i] * o_scale, st.acc[n][i + 1] * o_scale);
+        }
+      }
+      if (Tile::row_leader(lane)) p.lse_accum[row] = lse;
     }
   }
 }
 
-// Flash-decoding combine: one warp per (query row, head) merges the splits' normalized partial
-// outputs with weights exp(lse_s - max lse), then applies the output transform and writes lse.
-constexpr int kCombineWarps = 4;
+// Flash-decoding combine: one group of kCombineLanes = 32 threads per (query row, head) merges the
+// splits' normalized partial outputs with weights exp(lse_s - max lse), then applies the output
+// transform and writes lse. (A group is a warp on NVIDIA, half a wavefront on AMD: lane_xor with
+// masks < 32 never leaves it.)
+constexpr int kCombineWarps = 4;  // groups per block
+constexpr int kCombineLanes = 32;
 
 template <Fp8Kind K>
-__global__ void __launch_bounds__(32 * kCombineWarps) fwd_combine_kernel(const __grid_constant__ FwdParams p) {
-  const int lane = threadIdx.x % 32;
+__global__ void __launch_bounds__(kCombineLanes * kCombineWarps) fwd_combine_kernel(const __grid_constant__ FwdParams p) {
+  const int lane = threadIdx.x % kCombineLanes;
   const int32_t b = blockIdx.y;
-  const int64_t idx = static_cast<int64_t>(blockIdx.x) * kCombineWarps + threadIdx.x / 32;
+  const int64_t idx = static_cast<int64_t>(blockIdx.x) * kCombineWarps + threadIdx.x / kCombineLanes;
   const SeqInfo seq = SeqInfo::make(p, b);
   if (idx >= static_cast<int64_t>(seq.q_len) * p.num_heads) return;
   const int32_t qrow = static_cast<int32_t>(idx / p.num_heads), h = static_cast<int32_t>(idx % p.num_heads);
@@ -120,19 +138,19 @@ __global__ void __launch_bounds__(32 * kCombineWarps) fwd_combine_kernel(const _
   const int S = p.num_splits;
 
   float mx = -INFINITY;
-  for (int s = lane; s < S; s += 32) mx = fmaxf(mx, p.lse_accum[s * split_stride + row0]);
+  for (int s = lane; s < S; s += kCombineLanes) mx = fmaxf(mx, p.lse_accum[s * split_stride + row0]);
 #pragma unroll
-  for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+  for (int o = kCombineLanes / 2; o > 0; o >>= 1) mx = fmaxf(mx, lane_xor(mx, o));
   float wsum = 0.f;
   if (mx != -INFINITY)
-    for (int s = lane; s < S; s += 32) wsum += expf(p.lse_accum[s * split_stride + row0] - mx);
+    for (int s = lane; s < S; s += kCombineLanes) wsum += expf(p.lse_accum[s * split_stride + row0] - mx);
 #pragma unroll
-  for (int o = 16; o > 0; o >>= 1) wsum += __shfl_xor_sync(0xffffffffu, wsum, o);
+  for (int o = kCombineLanes / 2; o > 0; o >>= 1) wsum += lane_xor(wsum, o);
 
   const OutputTransform<K> ot = OutputTransform<K>::make(p);
   const int64_t off = out_offset(p, b, qrow, h);
   const float inv_wsum = mx == -INFINITY ? 0.f : 1.f / wsum;
-  for (int d = lane; d < p.head_dim; d += 32) {
+  for (int d = lane; d < p.head_dim; d += kCombineLanes) {
     float o = 0.f;
     if (mx != -INFINITY)
       for (int s = 0; s < S; ++s) {

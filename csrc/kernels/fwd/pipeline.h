@@ -1,6 +1,8 @@
-// The block Pipeline of the forward pass (ck_tile style): the KV loop of one block of 64 packed
-// query rows. Per KV tile of kBlockN keys, in ascending key order (the order fixes where P is
-// quantized, so it matches the CPU implementation tile for tile):
+// The block Pipeline of the forward pass (ck_tile style): the KV loop of one block of packed
+// query rows, on fp8 operands, for every atom family (the warp tile Policy::Tile: NVIDIA
+// mma.sync m16n8k32, AMD MFMA 32x32x16 -- see arch/select.h). Per KV tile of kBlockN keys, in
+// ascending key order (the order fixes where P is quantized, so it matches the CPU implementation
+// tile for tile):
 //   S = q8 . k8^T (fp32, fp8 mma)  ->  s = LogitsTransform(S), -inf where masked
 //   m_new = max(m, rowmax s); alpha = exp2(m - m_new); p = exp2(s - m_new)
 //   p8 = sat(p / p_scale) (PQuant: the variant's PQuantize);  l = l*alpha + sum p8;  acc = acc*alpha + p8 . v8
@@ -27,11 +29,12 @@ struct BlockCtx {
   int32_t tile_begin, tile_end;  // KV tiles this block (split) processes
 };
 
-// Per-thread state: lane (g, t) of warp w owns packed rows m0 + 16w + g and + 8.
+// Per-thread state: lane `lane` of warp w owns packed rows
+// m0 + w * Tile::kRowsPerWarp + Tile::row_in_warp(lane, ri), ri < Tile::kRows (NVIDIA: g, g + 8).
 template <class Policy>
 struct FwdState {
   float acc[Policy::kNTilesO][4];
-  float m[2], l[2];
+  float m[Policy::Tile::kRows], l[Policy::Tile::kRows];
 };
 
 template <class Problem, class Policy>
@@ -39,7 +42,8 @@ struct FwdPipeline {
   static constexpr int kBN = Policy::kBlockN;
   static constexpr int kD = Policy::kD;
   static constexpr int kThreads = Policy::kThreads;
-  using Mma = typename Policy::Mma;
+  using Tile = typename Policy::Tile;
+  static constexpr int kR = Tile::kRows;
 
   // ---- loads -------------------------------------------------------------------------------
   // q rows of the block -> shared memory as fp8 codes (quantized with 1/q_descale when 16-bit).
@@ -74,19 +78,19 @@ struct FwdPipeline {
     }
   }
 
-  // Zero the K pad columns [D, DPad) of both stages once (cp.async never writes them).
+  // Zero the K pad columns [D, DPad) of every stage once (the copies never write them).
   FP8ATTN_DEVICE static void prepare(uint8_t* smem) {
     uint8_t* sK = smem + Policy::kOffK;
     if constexpr (Policy::kDPad != kD) {
       constexpr int kPadChunks = (Policy::kDPad - kD) / 16;
-      for (int i = threadIdx.x; i < 2 * kBN * kPadChunks; i += kThreads) {
+      for (int i = threadIdx.x; i < Policy::kStages * kBN * kPadChunks; i += kThreads) {
         const int r = i / kPadChunks, ch = i % kPadChunks;
         *reinterpret_cast<uint4*>(sK + r * Policy::kRowStride + kD + ch * 16) = make_uint4(0, 0, 0, 0);
       }
     }
   }
 
-  // Issue the cp.async copies of KV tile `tile` (K rows permuted, V rows natural); keys at or past
+  // Issue the copies of KV tile `tile` (K rows permuted, V rows natural); keys at or past
   // k_len are zero-filled and never read from memory (their cache slots may hold anything).
   FP8ATTN_DEVICE static void load_kv(const FwdParams& p, const BlockCtx& c, int tile, uint8_t* sK, uint8_t* sV) {
     const uint8_t* kbase = static_cast<const uint8_t*>(p.k) + static_cast<int64_t>(c.hkv) * p.k_head_stride;
@@ -97,8 +101,8 @@ struct FwdPipeline {
       const bool ok = key < c.seq.k_len;
       const int64_t koff = ok ? c.seq.key_offset(p, key, false) : 0;
       const int64_t voff = ok ? c.seq.key_offset(p, key, true) : 0;
-      nv::cp_async_16(sK + Policy::k_row(r) * Policy::kRowStride + ch * 16, kbase + koff + ch * 16, ok);
-      nv::cp_async_16(sV + r * Policy::kRowStride + ch * 16, vbase + voff + ch * 16, ok);
+      Tile::copy16(sK + Tile::k_row(r) * Policy::kRowStride + ch * 16, kbase + koff + ch * 16, ok);
+      Tile::copy16(sV + r * Policy::kRowStride + ch * 16, vbase + voff + ch * 16, ok);
     }
   }
 
@@ -119,7 +123,7 @@ struct FwdPipeline {
       for (int w = 0; w < 4; ++w) {
         const uint32_t in[4] = {x[0][w], x[1][w], x[2][w], x[3][w]};
         uint32_t out[4];
-        nv::transpose4x4_bytes(in, out);
+        Tile::transpose4x4_bytes(in, out);
 #pragma unroll
         for (int e = 0; e < 4; ++e)
           *reinterpret_cast<uint32_t*>(sVt + (16 * dc + 4 * w + e) * Policy::kVtStride + 4 * kb) = out[e];
@@ -128,124 +132,92 @@ struct FwdPipeline {
   }
 
   // ---- one KV tile --------------------------------------------------------------------------
-  // qrow[ri] / logits[ri]: the thread's two rows. need_mask: this tile has invisible elements.
-  FP8ATTN_DEVICE static void step(const BlockCtx& c, int tile, bool need_mask, const int32_t qrow[2],
-                                  const LogitsTransform logits[2], const typename Policy::PQuant& pq,
+  // qrow[ri] / logits[ri]: the thread's rows. need_mask: this tile has invisible elements.
+  FP8ATTN_DEVICE static void step(const BlockCtx& c, int tile, bool need_mask, const int32_t qrow[kR],
+                                  const LogitsTransform logits[kR], const typename Policy::PQuant& pq,
                                   const uint8_t* sQ, const uint8_t* sK, const uint8_t* sVt,
                                   FwdState<Policy>& st) {
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, t = lane % 4;
-    float s[8][4];
-#pragma unroll
-    for (int j = 0; j < 8; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
-
+    const int warp = threadIdx.x / Tile::kWarpSize, lane = threadIdx.x % Tile::kWarpSize;
     // S = Q . K^T
-    const uint8_t* qa = sQ + (warp * 16 + (lane & 7) + 8 * ((lane >> 3) & 1)) * Policy::kRowStride + 16 * (lane >> 4);
-#pragma unroll
-    for (int ks = 0; ks < Policy::kQKSteps; ++ks) {
-      uint32_t a[4];
-      nv::ldmatrix_x4(a, qa + 32 * ks);
-#pragma unroll
-      for (int jp = 0; jp < 4; ++jp) {
-        const int mi = lane >> 3, j = 2 * jp + (mi >> 1);
-        const int row = Policy::k_row(Policy::key_of(j, lane & 7));
-        uint32_t bf[4];
-        nv::ldmatrix_x4(bf, sK + row * Policy::kRowStride + 32 * ks + 16 * (mi & 1));
-        const uint32_t b0[2] = {bf[0], bf[1]}, b1[2] = {bf[2], bf[3]};
-        Mma::mma(s[2 * jp], a, b0);
-        Mma::mma(s[2 * jp + 1], a, b1);
-      }
-    }
+    float s[Tile::kSElems];
+    Tile::template qk<Policy>(s, sQ, sK, warp, lane);
 
     // logits, mask, row max
     constexpr float kNegInf = -INFINITY;
-    float mx[2] = {kNegInf, kNegInf};
+    float mx[kR];
 #pragma unroll
-    for (int j = 0; j < 8; ++j) {
+    for (int ri = 0; ri < kR; ++ri) mx[ri] = kNegInf;
 #pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int ri = i >> 1;
-        float x = logits[ri](s[j][i]);
-        if (need_mask) {
-          const int32_t key = tile * kBN + 32 * (j >> 2) + 16 * ((j >> 1) & 1) + 4 * t + 2 * (j & 1) + (i & 1);
-          const bool vis = Problem::kHasMask ? c.mask.visible(qrow[ri], key) : key < c.seq.k_len;
-          x = vis ? x : kNegInf;
-        }
-        s[j][i] = x;
-        mx[ri] = fmaxf(mx[ri], x);
+    for (int i = 0; i < Tile::kSElems; ++i) {
+      const int ri = Tile::s_row(i);
+      float x = logits[ri](s[i]);
+      if (need_mask) {
+        const int32_t key = tile * kBN + Tile::s_key(lane, i);
+        const bool vis = Problem::kHasMask ? c.mask.visible(qrow[ri], key) : key < c.seq.k_len;
+        x = vis ? x : kNegInf;
       }
+      s[i] = x;
+      mx[ri] = fmaxf(mx[ri], x);
     }
-    float alpha[2], m_use[2];
+    float alpha[kR], m_use[kR];
 #pragma unroll
-    for (int ri = 0; ri < 2; ++ri) {
-      mx[ri] = fmaxf(mx[ri], __shfl_xor_sync(0xffffffffu, mx[ri], 1));
-      mx[ri] = fmaxf(mx[ri], __shfl_xor_sync(0xffffffffu, mx[ri], 2));
+    for (int ri = 0; ri < kR; ++ri) {
+      mx[ri] = Tile::row_max(mx[ri]);
       const float m_new = fmaxf(st.m[ri], mx[ri]);
       m_use[ri] = m_new == kNegInf ? 0.f : m_new;  // nothing visible yet: p = 0, alpha = 0 (acc, l are 0)
       alpha[ri] = exp2f(st.m[ri] - m_use[ri]);
       st.m[ri] = m_new;
     }
 
-    // P quantization into the P.V A fragments; l
-    uint32_t pa[2][4];
-    float lsum[2] = {0.f, 0.f};
+    // P quantization into the P.V operand words; l
+    uint32_t pa[Tile::kPWords];
+    float lsum[kR];
 #pragma unroll
-    for (int q = 0; q < 2; ++q) {
+    for (int ri = 0; ri < kR; ++ri) lsum[ri] = 0.f;
 #pragma unroll
-      for (int hh = 0; hh < 2; ++hh) {
+    for (int w = 0; w < Tile::kPWords; ++w) {
+      const int ri = Tile::p_row(w);
+      float pv[4], v8[4];
 #pragma unroll
-        for (int ri = 0; ri < 2; ++ri) {
-          const int j = 4 * q + 2 * hh;
-          const float pv[4] = {exp2f(s[j][2 * ri] - m_use[ri]), exp2f(s[j][2 * ri + 1] - m_use[ri]),
-                               exp2f(s[j + 1][2 * ri] - m_use[ri]), exp2f(s[j + 1][2 * ri + 1] - m_use[ri])};
-          float v8[4];
-          pa[q][ri + 2 * hh] = pq.quantize4(pv, v8);
-          lsum[ri] += (v8[0] + v8[1]) + (v8[2] + v8[3]);
-        }
-      }
+      for (int b = 0; b < 4; ++b) pv[b] = exp2f(s[Tile::p_src(w, b)] - m_use[ri]);
+      pa[w] = pq.quantize4(pv, v8);
+      lsum[ri] += (v8[0] + v8[1]) + (v8[2] + v8[3]);
     }
 #pragma unroll
-    for (int ri = 0; ri < 2; ++ri) st.l[ri] = st.l[ri] * alpha[ri] + lsum[ri];
+    for (int ri = 0; ri < kR; ++ri) st.l[ri] = st.l[ri] * alpha[ri] + lsum[ri];
 #pragma unroll
     for (int n = 0; n < Policy::kNTilesO; ++n) {
-      st.acc[n][0] *= alpha[0];
-      st.acc[n][1] *= alpha[0];
-      st.acc[n][2] *= alpha[1];
-      st.acc[n][3] *= alpha[1];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) st.acc[n][i] *= alpha[Tile::o_row(4 * n + i)];
     }
 
     // O += P8 . V8
-    const uint8_t* vb = sVt + ((lane & 7) + 8 * (lane >> 4)) * Policy::kVtStride + 16 * ((lane >> 3) & 1);
-#pragma unroll
-    for (int q = 0; q < 2; ++q) {
-#pragma unroll
-      for (int dp = 0; dp < Policy::kNTilesO / 2; ++dp) {
-        uint32_t bf[4];
-        nv::ldmatrix_x4(bf, vb + 16 * dp * Policy::kVtStride + 32 * q);
-        const uint32_t b0[2] = {bf[0], bf[1]}, b1[2] = {bf[2], bf[3]};
-        Mma::mma(st.acc[2 * dp], pa[q], b0);
-        Mma::mma(st.acc[2 * dp + 1], pa[q], b1);
-      }
-    }
+    Tile::template pv<Policy>(st.acc, pa, sVt, lane);
   }
 
   // ---- the loop ------------------------------------------------------------------------------
-  FP8ATTN_DEVICE static void run(const FwdParams& p, const BlockCtx& c, const int32_t qrow[2],
-                                 const LogitsTransform logits[2], const typename Policy::PQuant& pq, uint8_t* smem,
+  FP8ATTN_DEVICE static void run(const FwdParams& p, const BlockCtx& c, const int32_t qrow[kR],
+                                 const LogitsTransform logits[kR], const typename Policy::PQuant& pq, uint8_t* smem,
                                  FwdState<Policy>& st) {
     uint8_t* sQ = smem + Policy::kOffQ;
     uint8_t* sK = smem + Policy::kOffK;
     uint8_t* sV = smem + Policy::kOffV;
     uint8_t* sVt = smem + Policy::kOffVt;
     if (c.tile_begin < c.tile_end) load_kv(p, c, c.tile_begin, sK, sV);
-    nv::cp_async_commit();
+    Tile::copy_commit();
     for (int tile = c.tile_begin; tile < c.tile_end; ++tile) {
-      const int stage = (tile - c.tile_begin) & 1;
-      nv::cp_async_wait<0>();
+      const int stage = Policy::kStages == 2 ? (tile - c.tile_begin) & 1 : 0;
+      if (Policy::kStages == 1 && tile != c.tile_begin) {
+        __syncthreads();  // one buffer: every warp is done with the previous tile's K
+        load_kv(p, c, tile, sK, sV);
+        Tile::copy_commit();
+      }
+      Tile::copy_wait_all();
       __syncthreads();  // tile's K/V landed; every warp is done with the previous tile
       transpose_v(sV + stage * Policy::kKVBytes, sVt);
-      if (tile + 1 < c.tile_end)
+      if (Policy::kStages == 2 && tile + 1 < c.tile_end)
         load_kv(p, c, tile + 1, sK + (stage ^ 1) * Policy::kKVBytes, sV + (stage ^ 1) * Policy::kKVBytes);
-      nv::cp_async_commit();
+      Tile::copy_commit();
       __syncthreads();  // Vt complete
       const int k0 = tile * kBN;
       const bool need_mask = Problem::kHasMask ? !c.mask.tile_fully_visible(c.qrow0, c.qrow1, k0, k0 + kBN)

@@ -15,19 +15,60 @@
 #pragma once
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "pipeline.h"
 
 namespace fp8attn {
 
+namespace nv {
+// 2^x with MUFU.EX2 (ftz; within 2 ulp of exp2f, as the CPU's std::exp2 is within 1): p in [0, 1]
+// only feeds the FP8 quantizer, where a 2-ulp difference flips a code once in ~10^5 elements.
+FP8ATTN_DEVICE float exp2_approx(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+constexpr uint32_t kOnesF16x2 = 0x3c003c00u;  // (1.0, 1.0): B operand that sums P rows into l
+
+// Warp tile of two m16 row tiles (32 rows per warp): lane (g, t) owns rows g + 8*ri, ri = 0..3;
+// accumulator fragment n = mt * (D/8) + j holds rows 16*mt + {g, g+8}, columns 8j + 2t + {0, 1}.
+// Each K / V fragment loaded from shared memory feeds both row tiles (half the smem traffic per MMA).
+template <int kD>
+struct F16Tile2 {
+  static constexpr int kWarpSize = 32;
+  static constexpr int kRowsPerWarp = 32;
+  static constexpr int kRows = 4;
+  static constexpr float kInvProductScale = 1.f;
+  FP8ATTN_HD static constexpr int o_frags(int d) { return 2 * d / 8; }  // n8 fragments of both row tiles
+  FP8ATTN_HD static constexpr int o_cols(int d) { return d; }
+  FP8ATTN_DEVICE static int row_in_warp(int lane, int ri) { return lane / 4 + 8 * ri; }
+  FP8ATTN_DEVICE static bool row_leader(int lane) { return lane % 4 == 0; }
+  FP8ATTN_HD static constexpr int o_row(int e) { return 2 * ((e >> 2) / (kD / 8)) + ((e & 3) >> 1); }
+  FP8ATTN_DEVICE static int o_col(int lane, int e) { return 8 * ((e >> 2) % (kD / 8)) + 2 * (lane % 4) + (e & 1); }
+  FP8ATTN_DEVICE static float row_sum(float x) {
+    x += __shfl_xor_sync(0xffffffffu, x, 1);
+    return x + __shfl_xor_sync(0xffffffffu, x, 2);
+  }
+};
+}  // namespace nv
+
+// kWarps_ = 4: 4 warps x 16 rows (prefill). kWarps_ = 1 (decode: at most 16 packed rows per
+// (batch, kv head)): one 16-row block whose 4 warps split each 64-key tile (16 keys each), sharing
+// the tile's row max through shared memory and summing acc / l at the end -- the same tile
+// semantics as the CPU (one m_new per tile), a quarter of the MMA work per warp, 4x the blocks.
 template <class Problem, int kWarps_ = 4>
 struct FwdPolicyNvF16 {
-  static constexpr int kWarps = kWarps_;
-  static constexpr int kThreads = 32 * kWarps;
-  static constexpr int kBlockM = 16 * kWarps;
-  static constexpr int kBlockN = 64;
+  static constexpr bool kSplitN = kWarps_ == 1;
   static constexpr int kD = Problem::kHeadDim;
-  static constexpr int kNTilesO = kD / 8;
+  // Two m16 row tiles per warp where the registers allow (D <= 128): K/V fragments feed both.
+  static constexpr int kMT = (!kSplitN && kD <= 128) ? 2 : 1;
+  static constexpr int kWarps = 4;
+  static constexpr int kThreads = 32 * kWarps;
+  static constexpr int kBlockM = kSplitN ? 16 : 16 * kMT * kWarps;
+  static constexpr int kBlockN = 64;
+  static constexpr int kNT = kSplitN ? 2 : 8;  // n8 key tiles per warp per KV tile
+  static constexpr int kNTilesO = kMT * kD / 8;  // accumulator fragments (all row tiles)
   static constexpr int kChunks = kD / 16;  // 16-byte fp8 chunks per row
   static constexpr int kKSteps = kD / 16;  // k16 steps of Q.K^T
   static constexpr int kRow16 = 2 * (kD + 8);
@@ -36,9 +77,14 @@ struct FwdPolicyNvF16 {
   static constexpr int kOffV = kOffK + kBlockN * kRow16;
   static constexpr int kOffStage = kOffV + kBlockN * kRow16;
   static constexpr int kStageBytes = 2 * kBlockN * kD;  // K and V of one tile
-  static constexpr int kSmemBytes = kOffStage + 2 * kStageBytes;
+  static constexpr int kOffRed = kOffStage + 2 * kStageBytes;  // split-N: per-warp row maxima
+  static constexpr int kSmemBytes = kOffRed + (kSplitN ? 4 * kWarps * 16 : 0);
+  static_assert(!kSplitN || (kWarps - 1) * 32 * (kNTilesO * 4 + 4) * 4 <= kOffRed - kOffK,
+                "split-N: the final cross-warp sum must fit in the K/V buffers");
   static constexpr Fp8Kind kFp8 = Problem::kFp8;
   using PQuant = nv::PQuant<Problem::kFp8>;
+  // The kernel's row / column mapping of the accumulators (one m16 tile: the m16n8 layout of Sm89Tile).
+  using Tile = std::conditional_t<kMT == 2, nv::F16Tile2<kD>, nv::Sm89Tile<Problem::kFp8>>;
 };
 
 template <class Problem, class Policy>
@@ -124,107 +170,215 @@ struct FwdPipelineNvF16 {
     }
   }
 
-  FP8ATTN_DEVICE static void step(const BlockCtx& c, int tile, bool need_mask, const int32_t qrow[2],
-                                  const LogitsTransform logits[2], const typename Policy::PQuant& pq,
-                                  const uint8_t* sQ, const uint8_t* sK, const uint8_t* sV, FwdState<Policy>& st) {
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, t = lane % 4;
-    float s[8][4];
-#pragma unroll
-    for (int j = 0; j < 8; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
+  // P -> FP8 code -> its exact f16 value, two at a time (lo = p0).
+  FP8ATTN_DEVICE static uint32_t quant2(float p0, float p1, float inv_p_scale) {
+#if FP8ATTN_NV_FP8_MMA
+    if constexpr (kFp8 == Fp8Kind::E4M3FN) {
+      uint16_t c;
+      uint32_t h;
+      asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;\n" : "=h"(c) : "f"(p1 * inv_p_scale), "f"(p0 * inv_p_scale));
+      asm("cvt.rn.f16x2.e4m3x2 %0, %1;\n" : "=r"(h) : "h"(c));
+      return h;
+    } else
+#endif
+    {
+      const uint32_t c = static_cast<uint32_t>(fp8_encode<kFp8>(p0 * inv_p_scale)) |
+                         (static_cast<uint32_t>(fp8_encode<kFp8>(p1 * inv_p_scale)) << 8);
+      return nv::fp8x2_to_half2<kFp8>(c, false);
+    }
+  }
 
-    // S = Q . K^T (k16 steps over D)
-    const uint8_t* qa = sQ + (warp * 16 + (lane & 7) + 8 * ((lane >> 3) & 1)) * Policy::kRow16 + 16 * (lane >> 4);
-    const uint8_t* kb = sK + ((lane & 7) + 8 * (lane >> 4)) * Policy::kRow16 + 16 * ((lane >> 3) & 1);
+  // One KV tile for the warp's rows (split-N: for the warp's 16 keys of the tile). lacc: the row
+  // sums of P8 (l) accumulated by the tensor cores against a ones B operand, in fp32 like acc.
+  // Row slot ri = 2*mt + h: row tile mt, half h (rows g / g+8 of the tile).
+  static constexpr int kMT = Policy::kMT;
+  static constexpr int kR = 2 * kMT;
+  static constexpr int kNO = Policy::kD / 8;  // accumulator fragments per row tile
+
+  FP8ATTN_DEVICE static void step(int tile, bool need_mask, const int32_t lo[kR], const int32_t hi[kR],
+                                  const LogitsTransform logits[kR], const typename Policy::PQuant& pq,
+                                  const uint8_t* sQ, const uint8_t* sK, const uint8_t* sV, float* sRed,
+                                  FwdState<Policy>& st, float lacc[kMT][4]) {
+    constexpr int kNT = Policy::kNT;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+    const int key0 = Policy::kSplitN ? 16 * warp : 0;
+    const int row0 = Policy::kSplitN ? 0 : 16 * kMT * warp;
+    float s[kMT][kNT][4];
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+      for (int j = 0; j < kNT; ++j) s[mt][j][0] = s[mt][j][1] = s[mt][j][2] = s[mt][j][3] = 0.f;
+
+    // S = Q . K^T (k16 steps over D); each K fragment feeds every row tile
+    const uint8_t* qa = sQ + (row0 + (lane & 7) + 8 * ((lane >> 3) & 1)) * Policy::kRow16 + 16 * (lane >> 4);
+    const uint8_t* kb = sK + (key0 + (lane & 7) + 8 * (lane >> 4)) * Policy::kRow16 + 16 * ((lane >> 3) & 1);
 #pragma unroll
     for (int ks = 0; ks < Policy::kKSteps; ++ks) {
-      uint32_t a[4];
-      nv::ldmatrix_x4(a, qa + 32 * ks);
+      uint32_t a[kMT][4];
 #pragma unroll
-      for (int jp = 0; jp < 4; ++jp) {
+      for (int mt = 0; mt < kMT; ++mt) nv::ldmatrix_x4(a[mt], qa + 16 * mt * Policy::kRow16 + 32 * ks);
+#pragma unroll
+      for (int jp = 0; jp < kNT / 2; ++jp) {
         uint32_t bf[4];
         nv::ldmatrix_x4(bf, kb + 16 * jp * Policy::kRow16 + 32 * ks);
         const uint32_t b0[2] = {bf[0], bf[1]}, b1[2] = {bf[2], bf[3]};
-        nv::MmaF16::mma(s[2 * jp], a, b0);
-        nv::MmaF16::mma(s[2 * jp + 1], a, b1);
+#pragma unroll
+        for (int mt = 0; mt < kMT; ++mt) {
+          nv::MmaF16::mma(s[mt][2 * jp], a[mt], b0);
+          nv::MmaF16::mma(s[mt][2 * jp + 1], a[mt], b1);
+        }
       }
     }
 
-    // logits, mask, row max. Element (j, i): row g + 8*(i>>1), key 8j + 2t + (i&1).
+    // logits (the softcap branch hoisted out of the element loop), mask, row max.
+    // Element (mt, j, i): row slot 2mt + (i>>1), key key0 + 8j + 2t + (i&1).
     constexpr float kNegInf = -INFINITY;
-    float mx[2] = {kNegInf, kNegInf};
+    if (logits[0].has_softcap) {
 #pragma unroll
-    for (int j = 0; j < 8; ++j) {
+      for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int ri = i >> 1;
-        float x = logits[ri](s[j][i]);
-        if (need_mask) {
-          const int32_t key = tile * kBN + 8 * j + 2 * t + (i & 1);
-          const bool vis = Problem::kHasMask ? c.mask.visible(qrow[ri], key) : key < c.seq.k_len;
-          x = vis ? x : kNegInf;
-        }
-        s[j][i] = x;
-        mx[ri] = fmaxf(mx[ri], x);
-      }
+        for (int j = 0; j < kNT; ++j)
+#pragma unroll
+          for (int i = 0; i < 4; ++i) s[mt][j][i] = logits[2 * mt + (i >> 1)](s[mt][j][i]);
+    } else {
+#pragma unroll
+      for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+        for (int j = 0; j < kNT; ++j)
+#pragma unroll
+          for (int i = 0; i < 4; ++i) s[mt][j][i] *= logits[2 * mt + (i >> 1)].scale_log2;
     }
-    float alpha[2], m_use[2];
+    float mx[kR];
 #pragma unroll
-    for (int ri = 0; ri < 2; ++ri) {
+    for (int ri = 0; ri < kR; ++ri) mx[ri] = kNegInf;
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+      for (int j = 0; j < kNT; ++j)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const int ri = 2 * mt + (i >> 1);
+          if (need_mask) {  // the row's visible keys are [lo, hi) (Mask::visible, precomputed)
+            const int32_t key = tile * kBN + key0 + 8 * j + 2 * t + (i & 1);
+            s[mt][j][i] = (key >= lo[ri] && key < hi[ri]) ? s[mt][j][i] : kNegInf;
+          }
+          mx[ri] = fmaxf(mx[ri], s[mt][j][i]);
+        }
+#pragma unroll
+    for (int ri = 0; ri < kR; ++ri) {
       mx[ri] = fmaxf(mx[ri], __shfl_xor_sync(0xffffffffu, mx[ri], 1));
       mx[ri] = fmaxf(mx[ri], __shfl_xor_sync(0xffffffffu, mx[ri], 2));
+    }
+    if constexpr (Policy::kSplitN) {  // the tile's row max over the 4 warps' keys
+      if (t == 0) {
+        sRed[warp * 16 + g] = mx[0];
+        sRed[warp * 16 + g + 8] = mx[1];
+      }
+      __syncthreads();
+#pragma unroll
+      for (int ri = 0; ri < 2; ++ri)
+#pragma unroll
+        for (int w = 0; w < Policy::kWarps; ++w) mx[ri] = fmaxf(mx[ri], sRed[w * 16 + g + 8 * ri]);
+    }
+    float alpha[kR], m_use[kR];
+#pragma unroll
+    for (int ri = 0; ri < kR; ++ri) {
       const float m_new = fmaxf(st.m[ri], mx[ri]);
       m_use[ri] = m_new == kNegInf ? 0.f : m_new;  // nothing visible yet: p = 0, alpha = 0 (acc, l are 0)
-      alpha[ri] = exp2f(st.m[ri] - m_use[ri]);
+      alpha[ri] = nv::exp2_approx(st.m[ri] - m_use[ri]);
       st.m[ri] = m_new;
     }
-
-    // P8 as f16 A fragments (k16 chunk kk = n8 tiles 2kk, 2kk+1), and l
-    uint32_t pa[4][4];
-    float lsum[2] = {0.f, 0.f};
 #pragma unroll
-    for (int kk = 0; kk < 4; ++kk) {
+    for (int mt = 0; mt < kMT; ++mt) {
 #pragma unroll
-      for (int hh = 0; hh < 2; ++hh) {
-        const int j = 2 * kk + hh;
-#pragma unroll
-        for (int ri = 0; ri < 2; ++ri)
-          pa[kk][ri + 2 * hh] = nv::quantize2_f16<kFp8>(exp2f(s[j][2 * ri] - m_use[ri]),
-                                                        exp2f(s[j][2 * ri + 1] - m_use[ri]), pq.inv_p_scale,
-                                                        &lsum[ri]);
+      for (int n = 0; n < kNO; ++n) {
+        st.acc[mt * kNO + n][0] *= alpha[2 * mt];
+        st.acc[mt * kNO + n][1] *= alpha[2 * mt];
+        st.acc[mt * kNO + n][2] *= alpha[2 * mt + 1];
+        st.acc[mt * kNO + n][3] *= alpha[2 * mt + 1];
       }
-    }
-#pragma unroll
-    for (int ri = 0; ri < 2; ++ri) st.l[ri] = st.l[ri] * alpha[ri] + lsum[ri];
-#pragma unroll
-    for (int n = 0; n < Policy::kNTilesO; ++n) {
-      st.acc[n][0] *= alpha[0];
-      st.acc[n][1] *= alpha[0];
-      st.acc[n][2] *= alpha[1];
-      st.acc[n][3] *= alpha[1];
+      lacc[mt][0] *= alpha[2 * mt];
+      lacc[mt][1] *= alpha[2 * mt];
+      lacc[mt][2] *= alpha[2 * mt + 1];
+      lacc[mt][3] *= alpha[2 * mt + 1];
     }
 
-    // O += P8 . V8 (V B fragments through ldmatrix.trans of [key][d])
-    const uint8_t* vb = sV + ((lane & 7) + 8 * ((lane >> 3) & 1)) * Policy::kRow16 + 16 * (lane >> 4);
+    // O += P8 . V8 (V B fragments through ldmatrix.trans of [key][d], shared by the row tiles);
+    // l += P8 . 1. P8 (f16 A fragments of k16 chunk kk = n8 tiles 2kk, 2kk+1) is built per chunk.
+    const uint32_t ones[2] = {nv::kOnesF16x2, nv::kOnesF16x2};
+    const uint8_t* vb = sV + (key0 + (lane & 7) + 8 * ((lane >> 3) & 1)) * Policy::kRow16 + 16 * (lane >> 4);
 #pragma unroll
-    for (int kk = 0; kk < 4; ++kk) {
+    for (int kk = 0; kk < kNT / 2; ++kk) {
+      uint32_t pa[kMT][4];
 #pragma unroll
-      for (int dp = 0; dp < Policy::kNTilesO / 2; ++dp) {
+      for (int mt = 0; mt < kMT; ++mt) {
+#pragma unroll
+        for (int hh = 0; hh < 2; ++hh)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int j = 2 * kk + hh, ri = 2 * mt + h;
+            pa[mt][h + 2 * hh] = quant2(nv::exp2_approx(s[mt][j][2 * h] - m_use[ri]),
+                                        nv::exp2_approx(s[mt][j][2 * h + 1] - m_use[ri]), pq.inv_p_scale);
+          }
+        nv::MmaF16::mma(lacc[mt], pa[mt], ones);
+      }
+#pragma unroll
+      for (int dp = 0; dp < kNO / 2; ++dp) {
         uint32_t bf[4];
         nv::ldmatrix_x4_trans(bf, vb + 16 * kk * Policy::kRow16 + 32 * dp);
         const uint32_t b0[2] = {bf[0], bf[1]}, b1[2] = {bf[2], bf[3]};
-        nv::MmaF16::mma(st.acc[2 * dp], pa[kk], b0);
-        nv::MmaF16::mma(st.acc[2 * dp + 1], pa[kk], b1);
+#pragma unroll
+        for (int mt = 0; mt < kMT; ++mt) {
+          nv::MmaF16::mma(st.acc[mt * kNO + 2 * dp], pa[mt], b0);
+          nv::MmaF16::mma(st.acc[mt * kNO + 2 * dp + 1], pa[mt], b1);
+        }
       }
     }
   }
 
-  FP8ATTN_DEVICE static void run(const FwdParams& p, const BlockCtx& c, const int32_t qrow[2],
-                                 const LogitsTransform logits[2], const typename Policy::PQuant& pq, uint8_t* smem,
+  FP8ATTN_DEVICE static void run(const FwdParams& p, const BlockCtx& c, const int32_t qrow_in[kR],
+                                 const LogitsTransform logits_in[kR], const typename Policy::PQuant& pq, uint8_t* smem,
                                  FwdState<Policy>& st) {
     const uint8_t* sQ = smem + Policy::kOffQ;
     uint8_t* sK = smem + Policy::kOffK;
     uint8_t* sV = smem + Policy::kOffV;
     uint8_t* stage = smem + Policy::kOffStage;
+    float* sRed = reinterpret_cast<float*>(smem + Policy::kOffRed);
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4;
+    int32_t qrow[kR];
+    LogitsTransform logits[kR];
+#pragma unroll
+    for (int ri = 0; ri < kR; ++ri) {
+      qrow[ri] = qrow_in[ri];
+      logits[ri] = logits_in[ri];
+    }
+    if constexpr (Policy::kSplitN) {  // every warp works on the block's 16 rows (the kernel gave warp w rows 16w..)
+      const float k_descale = p.k_descale ? p.k_descale[c.hkv * p.k_descale_head_stride] : 1.f;
+#pragma unroll
+      for (int ri = 0; ri < 2; ++ri) {
+        const int32_t mr = min(c.m0 + g + 8 * ri, c.rows - 1);
+        qrow[ri] = mr / c.group;
+        const int32_t h = c.hkv * c.group + mr % c.group;
+        const float q_descale = p.q_descale ? p.q_descale[h * p.q_descale_head_stride] : 1.f;
+        logits[ri] = LogitsTransform::make(p.softmax_scale, q_descale * k_descale, p.softcap);
+      }
+    }
+    // Row ri sees keys [lo, hi): Mask::visible as an interval (two int32 compares per element).
+    int32_t lo[kR], hi[kR];
+#pragma unroll
+    for (int ri = 0; ri < kR; ++ri) {
+      int64_t l = 0, h = c.seq.k_len;
+      if (Problem::kHasMask) {
+        const int64_t base = static_cast<int64_t>(qrow[ri]) + c.mask.shift;
+        if (c.mask.left >= 0) l = base - c.mask.left > 0 ? base - c.mask.left : 0;
+        if (c.mask.right >= 0) h = base + c.mask.right + 1 < h ? base + c.mask.right + 1 : h;
+      }
+      lo[ri] = static_cast<int32_t>(l < c.seq.k_len ? l : c.seq.k_len);
+      hi[ri] = static_cast<int32_t>(h > lo[ri] ? h : lo[ri]);
+    }
+    float lacc[kMT][4];
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt) lacc[mt][0] = lacc[mt][1] = lacc[mt][2] = lacc[mt][3] = 0.f;
     if (c.tile_begin < c.tile_end) load_kv(p, c, c.tile_begin, stage);
     nv::cp_async_commit();
     for (int tile = c.tile_begin; tile < c.tile_end; ++tile) {
@@ -238,7 +392,41 @@ struct FwdPipelineNvF16 {
       const int k0 = tile * kBN;
       const bool need_mask = Problem::kHasMask ? !c.mask.tile_fully_visible(c.qrow0, c.qrow1, k0, k0 + kBN)
                                                : k0 + kBN > c.seq.k_len;
-      step(c, tile, need_mask, qrow, logits, pq, sQ, sK, sV, st);
+      step(tile, need_mask, lo, hi, logits, pq, sQ, sK, sV, sRed, st, lacc);
+    }
+    if constexpr (Policy::kSplitN) {  // sum the warps' partial acc / l (same m sequence) into warp 0
+      constexpr int kW = Policy::kNTilesO * 4 + 4;
+      float* red = reinterpret_cast<float*>(smem + Policy::kOffK);
+      __syncthreads();
+      if (warp > 0) {
+        float* dst = red + ((warp - 1) * 32 + lane) * kW;
+#pragma unroll
+        for (int n = 0; n < Policy::kNTilesO; ++n)
+#pragma unroll
+          for (int i = 0; i < 4; ++i) dst[4 * n + i] = st.acc[n][i];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) dst[Policy::kNTilesO * 4 + i] = lacc[0][i];
+      }
+      __syncthreads();
+      if (warp == 0) {
+#pragma unroll
+        for (int w = 1; w < Policy::kWarps; ++w) {
+          const float* src = red + ((w - 1) * 32 + lane) * kW;
+#pragma unroll
+          for (int n = 0; n < Policy::kNTilesO; ++n)
+#pragma unroll
+            for (int i = 0; i < 4; ++i) st.acc[n][i] += src[4 * n + i];
+#pragma unroll
+          for (int i = 0; i < 4; ++i) lacc[0][i] += src[Policy::kNTilesO * 4 + i];
+        }
+      }
+    }
+    // Every lane of a quad holds the whole row sum; the kernel's epilogue sums the quad
+    // (Tile::row_sum), so hand it a quarter (exact: a power of two).
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt) {
+      st.l[2 * mt] = 0.25f * lacc[mt][0];
+      st.l[2 * mt + 1] = 0.25f * lacc[mt][2];
     }
   }
 };

@@ -1,0 +1,272 @@
+// AMD CDNA atoms of the fp8-operand pipeline (pipeline.h): gfx942 (MI300, FP8 = e4m3fnuz) and
+// gfx950 (MI350, FP8 = OCP e4m3fn). 64-lane wavefronts, MFMA 32x32x16, LDS copies, packed FP8
+// conversion. The interface is the one documented at nv::Sm89Tile (nv_mma.h); this file never
+// assumes the FP8 kind: it comes from the tensor dtype (template parameter K) and is matched
+// against what the hardware of the target being compiled reads.
+//
+// Warp tile: one wavefront owns 32 packed query rows; S^T = K . Q^T is computed (keys on the MFMA
+// M axis, queries on N) so that a lane owns one query row: lane l (i = l % 32, h = l / 32).
+//  * v_mfma_f32_32x32x16_fp8_fp8: A (32 x 16) lane l holds A[i][8h .. 8h+7] (8 codes, 64 bits),
+//    B (16 x 32) lane l holds B[8h .. 8h+7][i]; D (32 x 32, f32) lane l, register r holds
+//    D[8*(r/4) + 4h + r%4][i] (16 floats). Any consistent permutation of k between A and B leaves
+//    the sum unchanged, so only the A/B symmetry and the D layout matter.
+//  * Q.K^T: B = Q^T (lane: q row i, codes d = 16ks + 8h ..), A = K rows of the 32-key block. MFMA
+//    row m = 8rg + 4h' + e (rg = m/8, h' = (m/4)%2, e = m%4) reads key 16*(rg/2) + 8h' + 4*(rg%2) + e,
+//    so that accumulator register r of lane (i, h) is key 16*(r/8) + 8h + r%8: registers 0..7 are
+//    keys 8h .. 8h+7 and 8..15 keys 16+8h .. 16+8h+7 -- exactly the lane's B operand (P^T) of the
+//    two k16 steps of P.V, with no data movement. S element 16*kb + r: key 32*kb + 16*(r/8) + 8h + r%8.
+//  * P.V: O^T = V^T . P^T; A = Vt rows d = 32*db + i (keys 16kk + 8h ..), B = P^T words 2kk, 2kk+1.
+//    O element 16*db + r: column d = 32*db + 8*(r/4) + 4h + r%4 of row i. D is padded to 32: the
+//    columns >= D are computed from unwritten Vt rows and never stored.
+//  * Row reductions: the 64 keys of a row live in lanes i and i + 32: one exchange (lane ^ 32).
+//
+// FP8 kinds (chosen per compiled target and K; every path is exact except NaN inputs, which are
+// not supported -- as on the NVIDIA f16 path):
+//  * native (gfx942 + fnuz, gfx950 + fn): FP8 MFMA on the codes; P quantized by
+//    v_cvt_pk_fp8_f32 (after clamping to +-max: same bits as numeric/fp8.h's fp8_encode).
+//  * reinterpret (gfx942 + fn): an fn code read as fnuz is worth exactly half (bias 8 vs 7, for
+//    normals and subnormals), so FP8 MFMA products are exactly 1/4 of the true ones and the kernel
+//    multiplies the QK and O scales by kInvProductScale = 4 (exact). The one code that changes
+//    meaning, fn -0 (0x80) = fnuz NaN, is cleared to +0 as K / V / Q enter the operands. P codes
+//    come from the software encoder (the hardware conversion writes fnuz).
+//  * f16 (gfx950 + fnuz): OCP hardware reads 0x7f / 0xff (fnuz +-240) as NaN and no power-of-two
+//    rescaling maps fnuz onto fn, so each code is widened exactly to f16 and
+//    v_mfma_f32_32x32x16_f16 runs (same operand layout as the fp8 form; every product exact in f32).
+#pragma once
+#include <cstdint>
+
+#include "../common.h"
+#include "../numeric/fp8.h"
+
+// CUDA's __grid_constant__ (kernel parameter in constant memory) has no HIP spelling: kernel
+// arguments are in constant memory (the kernarg segment) on AMD anyway.
+#ifndef __grid_constant__
+#define __grid_constant__
+#endif
+
+// The FP8 format the MFMA / conversion instructions of the target being compiled read and write.
+#if defined(__gfx950__)
+#define FP8ATTN_AMD_HW_FP8 2  // OCP e4m3fn
+#elif defined(__gfx940__) || defined(__gfx941__) || defined(__gfx942__)
+#define FP8ATTN_AMD_HW_FP8 1  // e4m3fnuz
+#else
+#define FP8ATTN_AMD_HW_FP8 0  // host pass, or a target without FP8 MFMA (not built: see cmake/gpu.cmake)
+#endif
+
+namespace fp8attn {
+namespace amd {
+
+typedef float f32x16 __attribute__((ext_vector_type(16)));
+typedef _Float16 f16x2 __attribute__((ext_vector_type(2)));
+typedef _Float16 f16x8 __attribute__((ext_vector_type(8)));
+
+enum class MfmaPath { kNative, kReinterpret, kF16 };
+
+template <Fp8Kind K>
+constexpr MfmaPath path_of() {
+#if FP8ATTN_AMD_HW_FP8 == 1
+  return K == Fp8Kind::E4M3FNUZ ? MfmaPath::kNative : MfmaPath::kReinterpret;
+#elif FP8ATTN_AMD_HW_FP8 == 2
+  return K == Fp8Kind::E4M3FN ? MfmaPath::kNative : MfmaPath::kF16;
+#else
+  return MfmaPath::kNative;  // host pass: unused
+#endif
+}
+
+FP8ATTN_DEVICE float shfl_xor(float x, int mask) { return __shfl_xor(x, mask); }
+
+FP8ATTN_DEVICE uint64_t lds_load64(const uint8_t* p) { return *reinterpret_cast<const uint64_t*>(p); }
+
+// Bytes equal to 0x80 (fn -0) -> 0x00, the others unchanged.
+FP8ATTN_DEVICE uint32_t clear_neg_zero(uint32_t x) {
+  const uint32_t t = x ^ 0x80808080u;                                          // 0x80 bytes -> 0
+  const uint32_t z = ~(((t & 0x7f7f7f7fu) + 0x7f7f7f7fu) | t) & 0x80808080u;  // 0x80 where t's byte is 0
+  return x & ~z;
+}
+FP8ATTN_DEVICE uint64_t clear_neg_zero(uint64_t x) {
+  return static_cast<uint64_t>(clear_neg_zero(static_cast<uint32_t>(x))) |
+         (static_cast<uint64_t>(clear_neg_zero(static_cast<uint32_t>(x >> 32))) << 32);
+}
+
+// Exact e4m3 -> f16 of the two low bytes of x: the code's exponent/mantissa bits placed in f16
+// position read as value * 2^(bias - 15) (normals and subnormals alike); one exact multiply by
+// 2^(15 - bias) restores the value (fn: 2^8, fnuz: 2^7).
+template <Fp8Kind K>
+FP8ATTN_DEVICE f16x2 fp8x2_to_f16x2(uint32_t x) {
+  const uint32_t v = (x & 0xffu) | ((x & 0xff00u) << 8);  // [b0, 0, b1, 0]
+  const uint32_t h = ((v & 0x007f007fu) << 7) | ((v & 0x00800080u) << 8);
+  const _Float16 s = K == Fp8Kind::E4M3FN ? static_cast<_Float16>(256.f) : static_cast<_Float16>(128.f);
+  return __builtin_bit_cast(f16x2, h) * f16x2{s, s};
+}
+template <Fp8Kind K>
+FP8ATTN_DEVICE f16x8 fp8x8_to_f16x8(uint64_t x) {
+  const f16x2 a = fp8x2_to_f16x2<K>(static_cast<uint32_t>(x)), b = fp8x2_to_f16x2<K>(static_cast<uint32_t>(x >> 16));
+  const f16x2 c = fp8x2_to_f16x2<K>(static_cast<uint32_t>(x >> 32)), d = fp8x2_to_f16x2<K>(static_cast<uint32_t>(x >> 48));
+  return f16x8{a[0], a[1], b[0], b[1], c[0], c[1], d[0], d[1]};
+}
+
+// c += A . B for one 32x32x16 step on 8-code operands (layout above), in the path of (target, K).
+template <Fp8Kind K>
+FP8ATTN_DEVICE f32x16 mfma_32x32x16(uint64_t a, uint64_t b, f32x16 c) {
+#if FP8ATTN_AMD_HW_FP8 == 2
+  if constexpr (path_of<K>() == MfmaPath::kF16) {
+    return __builtin_amdgcn_mfma_f32_32x32x16_f16(fp8x8_to_f16x8<K>(a), fp8x8_to_f16x8<K>(b), c, 0, 0, 0);
+  } else {
+    return __builtin_amdgcn_mfma_f32_32x32x16_fp8_fp8(static_cast<long>(a), static_cast<long>(b), c, 0, 0, 0);
+  }
+#elif FP8ATTN_AMD_HW_FP8 == 1
+  return __builtin_amdgcn_mfma_f32_32x32x16_fp8_fp8(static_cast<long>(a), static_cast<long>(b), c, 0, 0, 0);
+#else
+#if defined(__HIP_DEVICE_COMPILE__)
+  __builtin_trap();  // a device target without FP8 MFMA: not a supported PYTORCH_ROCM_ARCH
+#endif
+  (void)a;
+  (void)b;
+  return c;
+#endif
+}
+
+// Probabilities -> FP8 codes of sat(p * inv_p_scale), packed little-endian (byte i = p[i]), and the
+// values of those codes. Hardware conversion where the target writes kind K, else the shared
+// software encoder (bit-exact by construction).
+template <Fp8Kind K>
+struct PQuant {
+  float inv_p_scale;
+  FP8ATTN_DEVICE uint32_t quantize4(const float p[4], float pq[4]) const {
+#if FP8ATTN_AMD_HW_FP8 != 0
+    if constexpr (path_of<K>() == MfmaPath::kNative) {
+      // v_cvt_pk_fp8_f32 rounds to nearest even but does not saturate: clamp first (NaN kept).
+      constexpr float kMax = Fp8Traits<K>::kMax;
+      float x[4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const float y = p[i] * inv_p_scale;
+        x[i] = y > kMax ? kMax : (y < -kMax ? -kMax : y);
+      }
+      int w = __builtin_amdgcn_cvt_pk_fp8_f32(x[0], x[1], 0, false);  // bytes 0, 1
+      w = __builtin_amdgcn_cvt_pk_fp8_f32(x[2], x[3], w, true);        // bytes 2, 3
+      pq[0] = __builtin_amdgcn_cvt_f32_fp8(w, 0);
+      pq[1] = __builtin_amdgcn_cvt_f32_fp8(w, 1);
+      pq[2] = __builtin_amdgcn_cvt_f32_fp8(w, 2);
+      pq[3] = __builtin_amdgcn_cvt_f32_fp8(w, 3);
+      return static_cast<uint32_t>(w);
+    } else
+#endif
+    {
+      uint32_t r = 0;
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const uint8_t c = fp8_encode<K>(p[i] * inv_p_scale);
+        pq[i] = fp8_decode<K>(c);
+        r |= static_cast<uint32_t>(c) << (8 * i);
+      }
+      return r;
+    }
+  }
+};
+
+template <Fp8Kind K>
+struct MfmaTile {
+  static constexpr int kWarpSize = 64;
+  static constexpr int kRowsPerWarp = 32;
+  static constexpr int kRows = 1;
+  static constexpr int kSElems = 32;  // 2 key blocks of 32 x 16 registers
+  static constexpr int kPWords = 8;   // 4 k16 steps x 2 words
+  static constexpr int kDAlign = 32;  // 32-wide d blocks of O
+  static constexpr bool kReinterpret = path_of<K>() == MfmaPath::kReinterpret;
+  static constexpr float kInvProductScale = kReinterpret ? 4.f : 1.f;
+  using PQuant = amd::PQuant<K>;
+
+  FP8ATTN_HD static constexpr int o_frags(int d) { return (d + 31) / 32 * 4; }
+  FP8ATTN_HD static constexpr int o_cols(int d) { return (d + 31) / 32 * 32; }
+  FP8ATTN_DEVICE static int row_in_warp(int lane, int) { return lane & 31; }
+  FP8ATTN_DEVICE static bool row_leader(int lane) { return lane < 32; }
+  FP8ATTN_HD static constexpr int s_row(int) { return 0; }
+  FP8ATTN_DEVICE static int s_key(int lane, int i) { return 16 * (i >> 3) + 8 * (lane >> 5) + (i & 7); }
+  FP8ATTN_HD static constexpr int p_row(int) { return 0; }
+  FP8ATTN_HD static constexpr int p_src(int w, int b) { return 4 * w + b; }
+  FP8ATTN_HD static constexpr int o_row(int) { return 0; }
+  FP8ATTN_DEVICE static int o_col(int lane, int e) {
+    return 32 * (e >> 4) + 8 * ((e >> 2) & 3) + 4 * (lane >> 5) + (e & 3);
+  }
+  FP8ATTN_DEVICE static float row_max(float x) { return fmaxf(x, shfl_xor(x, 32)); }
+  FP8ATTN_DEVICE static float row_sum(float x) { return x + shfl_xor(x, 32); }
+  FP8ATTN_HD static int k_row(int r) { return r; }
+
+  // Global -> LDS, 16 bytes, synchronous (the pipeline's barriers order it); zero when !pred.
+  FP8ATTN_DEVICE static void copy16(void* smem, const void* gmem, bool pred) {
+    uint4 v = make_uint4(0, 0, 0, 0);
+    if (pred) v = *reinterpret_cast<const uint4*>(gmem);
+    if constexpr (kReinterpret) {
+      v.x = clear_neg_zero(v.x);
+      v.y = clear_neg_zero(v.y);
+      v.z = clear_neg_zero(v.z);
+      v.w = clear_neg_zero(v.w);
+    }
+    *reinterpret_cast<uint4*>(smem) = v;
+  }
+  FP8ATTN_DEVICE static void copy_commit() {}
+  FP8ATTN_DEVICE static void copy_wait_all() {}
+
+  // 4x4 byte transpose: in[r] holds bytes (r, 0..3); out[c] holds bytes (0..3, c).
+  FP8ATTN_DEVICE static void transpose4x4_bytes(const uint32_t in[4], uint32_t out[4]) {
+#pragma unroll
+    for (int c = 0; c < 4; ++c)
+      out[c] = ((in[0] >> (8 * c)) & 0xffu) | (((in[1] >> (8 * c)) & 0xffu) << 8) |
+               (((in[2] >> (8 * c)) & 0xffu) << 16) | (((in[3] >> (8 * c)) & 0xffu) << 24);
+  }
+
+  // s = S^T of the wavefront's 32 rows x the 64 keys of the tile (element order above).
+  template <class Policy>
+  FP8ATTN_DEVICE static void qk(float s[kSElems], const uint8_t* sQ, const uint8_t* sK, int warp, int lane) {
+    const int i = lane & 31, h = lane >> 5;
+    const int key = 16 * (i >> 4) + 8 * ((i >> 2) & 1) + 4 * ((i >> 3) & 1) + (i & 3);  // of MFMA row i
+    const uint8_t* qp = sQ + (warp * kRowsPerWarp + i) * Policy::kRowStride + 8 * h;
+    const uint8_t* kp0 = sK + k_row(key) * Policy::kRowStride + 8 * h;
+    const uint8_t* kp1 = sK + k_row(32 + key) * Policy::kRowStride + 8 * h;
+    f32x16 c0 = {}, c1 = {};
+#pragma unroll
+    for (int ks = 0; ks < Policy::kD / 16; ++ks) {
+      uint64_t b = lds_load64(qp + 16 * ks);
+      if constexpr (kReinterpret) b = clear_neg_zero(b);
+      c0 = mfma_32x32x16<K>(lds_load64(kp0 + 16 * ks), b, c0);
+      c1 = mfma_32x32x16<K>(lds_load64(kp1 + 16 * ks), b, c1);
+    }
+#pragma unroll
+    for (int r = 0; r < 16; ++r) {
+      s[r] = c0[r];
+      s[16 + r] = c1[r];
+    }
+  }
+
+  // acc += P8 . V8 as O^T = V^T . P^T (pa words 2kk, 2kk+1 = B operand of k16 step kk).
+  template <class Policy>
+  FP8ATTN_DEVICE static void pv(float (*acc)[4], const uint32_t pa[kPWords], const uint8_t* sVt, int lane) {
+    const int i = lane & 31, h = lane >> 5;
+    const uint8_t* vp = sVt + i * Policy::kVtStride + 8 * h;
+#pragma unroll
+    for (int db = 0; db < Policy::kNTilesO / 4; ++db) {
+      f32x16 c;
+#pragma unroll
+      for (int r = 0; r < 16; ++r) c[r] = acc[4 * db + (r >> 2)][r & 3];
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk) {
+        const uint64_t b = static_cast<uint64_t>(pa[2 * kk]) | (static_cast<uint64_t>(pa[2 * kk + 1]) << 32);
+        c = mfma_32x32x16<K>(lds_load64(vp + 32 * db * Policy::kVtStride + 16 * kk), b, c);
+      }
+#pragma unroll
+      for (int r = 0; r < 16; ++r) acc[4 * db + (r >> 2)][r & 3] = c[r];
+    }
+  }
+};
+
+// The AMD CDNA family (gfx942, gfx950): the tile above, 64 KiB of LDS per workgroup (gfx942's
+// limit; gfx950 has 160 KiB but one fat binary shares one host-side policy).
+struct Gfx9 {
+  static constexpr int kSmemLimit = 64 * 1024;
+  template <Fp8Kind K>
+  using Tile = MfmaTile<K>;
+};
+
+}  // namespace amd
+}  // namespace fp8attn
