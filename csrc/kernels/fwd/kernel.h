@@ -1,8 +1,10 @@
 // The Kernel of the forward pass: grid mapping, per-sequence addressing (dense / varlen / paged
 // through SeqInfo), GQA row packing, split-KV, and the combine kernel of flash-decoding.
 //
-// Grid: x = (batch * kv_heads) * m_blocks, m fastest (the blocks that share one K/V stream run
-// together; m reversed so that the longest causal blocks start first); y = KV split.
+// Grid: x = m_blocks * (batch * kv_heads), y = KV split. Masked (causal / window) problems put the
+// (batch, kv head) fastest with m reversed, so that the longest blocks of every head start first
+// (blocks are dispatched in x order); unmasked ones put m fastest, so that the blocks streaming the
+// same K/V run together (L2 reuse).
 // Rows: a block owns Policy::kBlockM "packed" rows of one (batch, kv head): packed row m is query row m / G of
 // q head hkv*G + m % G (G = H / H_kv), so GQA/MQA heads share each K/V tile load, and decode
 // (q_len 1..16) still fills the MMA rows.
@@ -25,12 +27,14 @@ __global__ void __launch_bounds__(Policy::kThreads) fwd_kernel(const __grid_cons
   BlockCtx c;
   c.group = p.num_heads / p.num_heads_k;
   const int32_t m_blocks = (p.seqlen_q * c.group + Policy::kBlockM - 1) / Policy::kBlockM;
-  const int32_t bh = blockIdx.x / m_blocks;
+  const int32_t n_bh = p.batch * p.num_heads_k;
+  const int32_t bh = Problem::kHasMask ? blockIdx.x % n_bh : blockIdx.x / m_blocks;
+  const int32_t mb = Problem::kHasMask ? blockIdx.x / n_bh : blockIdx.x % m_blocks;
   c.b = bh / p.num_heads_k;
   c.hkv = bh % p.num_heads_k;
   c.seq = SeqInfo::make(p, c.b);
   c.rows = c.seq.q_len * c.group;
-  c.m0 = (m_blocks - 1 - static_cast<int32_t>(blockIdx.x % m_blocks)) * Policy::kBlockM;
+  c.m0 = (m_blocks - 1 - mb) * Policy::kBlockM;
   if (c.m0 >= c.rows) return;
   c.qrow0 = c.m0 / c.group;
   c.qrow1 = (min(c.m0 + Policy::kBlockM, c.rows) - 1) / c.group + 1;

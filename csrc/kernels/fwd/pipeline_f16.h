@@ -78,7 +78,8 @@ struct FwdPolicyNvF16 {
   static constexpr int kOffStage = kOffV + kBlockN * kRow16;
   static constexpr int kStageBytes = 2 * kBlockN * kD;  // K and V of one tile
   static constexpr int kOffRed = kOffStage + 2 * kStageBytes;  // split-N: per-warp row maxima
-  static constexpr int kSmemBytes = kOffRed + (kSplitN ? 4 * kWarps * 16 : 0);
+  static constexpr int kOffLoHi = kOffRed + (kSplitN ? 4 * kWarps * 16 : 0);  // visible key range per row
+  static constexpr int kSmemBytes = kOffLoHi + 8 * kBlockM;
   static_assert(!kSplitN || (kWarps - 1) * 32 * (kNTilesO * 4 + 4) * 4 <= kOffRed - kOffK,
                 "split-N: the final cross-warp sum must fit in the K/V buffers");
   static constexpr Fp8Kind kFp8 = Problem::kFp8;
@@ -195,8 +196,7 @@ struct FwdPipelineNvF16 {
   static constexpr int kR = 2 * kMT;
   static constexpr int kNO = Policy::kD / 8;  // accumulator fragments per row tile
 
-  FP8ATTN_DEVICE static void step(int tile, bool need_mask, const int32_t lo[kR], const int32_t hi[kR],
-                                  const LogitsTransform logits[kR], const typename Policy::PQuant& pq,
+  FP8ATTN_DEVICE static void step(int tile, bool need_mask, const int2* sLoHi, const LogitsTransform logits[kR], const typename Policy::PQuant& pq,
                                   const uint8_t* sQ, const uint8_t* sK, const uint8_t* sV, float* sRed,
                                   FwdState<Policy>& st, float lacc[kMT][4]) {
     constexpr int kNT = Policy::kNT;
@@ -260,7 +260,8 @@ struct FwdPipelineNvF16 {
           const int ri = 2 * mt + (i >> 1);
           if (need_mask) {  // the row's visible keys are [lo, hi) (Mask::visible, precomputed)
             const int32_t key = tile * kBN + key0 + 8 * j + 2 * t + (i & 1);
-            s[mt][j][i] = (key >= lo[ri] && key < hi[ri]) ? s[mt][j][i] : kNegInf;
+            const int2 r = sLoHi[row0 + 16 * mt + g + 8 * (i >> 1)];
+            s[mt][j][i] = (key >= r.x && key < r.y) ? s[mt][j][i] : kNegInf;
           }
           mx[ri] = fmaxf(mx[ri], s[mt][j][i]);
         }
@@ -363,18 +364,21 @@ struct FwdPipelineNvF16 {
         logits[ri] = LogitsTransform::make(p.softmax_scale, q_descale * k_descale, p.softcap);
       }
     }
-    // Row ri sees keys [lo, hi): Mask::visible as an interval (two int32 compares per element).
-    int32_t lo[kR], hi[kR];
+    // Row r of the block sees keys [lo, hi): Mask::visible as an interval, kept in shared memory
+    // (read on edge tiles only; published by the loop's first barrier).
+    int2* sLoHi = reinterpret_cast<int2*>(smem + Policy::kOffLoHi);
+    if (lane % 4 == 0 && (!Policy::kSplitN || warp == 0)) {
 #pragma unroll
-    for (int ri = 0; ri < kR; ++ri) {
-      int64_t l = 0, h = c.seq.k_len;
-      if (Problem::kHasMask) {
-        const int64_t base = static_cast<int64_t>(qrow[ri]) + c.mask.shift;
-        if (c.mask.left >= 0) l = base - c.mask.left > 0 ? base - c.mask.left : 0;
-        if (c.mask.right >= 0) h = base + c.mask.right + 1 < h ? base + c.mask.right + 1 : h;
+      for (int ri = 0; ri < kR; ++ri) {
+        int64_t l = 0, h = c.seq.k_len;
+        if (Problem::kHasMask) {
+          const int64_t base = static_cast<int64_t>(qrow[ri]) + c.mask.shift;
+          if (c.mask.left >= 0) l = base - c.mask.left > 0 ? base - c.mask.left : 0;
+          if (c.mask.right >= 0) h = base + c.mask.right + 1 < h ? base + c.mask.right + 1 : h;
+        }
+        const int32_t lo = static_cast<int32_t>(l < c.seq.k_len ? l : c.seq.k_len);
+        sLoHi[(Policy::kSplitN ? 0 : 16 * kMT * warp) + g + 8 * ri] = make_int2(lo, static_cast<int32_t>(h > lo ? h : lo));
       }
-      lo[ri] = static_cast<int32_t>(l < c.seq.k_len ? l : c.seq.k_len);
-      hi[ri] = static_cast<int32_t>(h > lo[ri] ? h : lo[ri]);
     }
     float lacc[kMT][4];
 #pragma unroll
@@ -392,7 +396,7 @@ struct FwdPipelineNvF16 {
       const int k0 = tile * kBN;
       const bool need_mask = Problem::kHasMask ? !c.mask.tile_fully_visible(c.qrow0, c.qrow1, k0, k0 + kBN)
                                                : k0 + kBN > c.seq.k_len;
-      step(tile, need_mask, lo, hi, logits, pq, sQ, sK, sV, sRed, st, lacc);
+      step(tile, need_mask, sLoHi, logits, pq, sQ, sK, sV, sRed, st, lacc);
     }
     if constexpr (Policy::kSplitN) {  // sum the warps' partial acc / l (same m sequence) into warp 0
       constexpr int kW = Policy::kNTilesO * 4 + 4;
