@@ -4,7 +4,7 @@
 #
 #   scripts/gpu_check.sh [OUTDIR]          (default: gpu-results/)
 # Knobs (env): FP8ATTN_HEAD_DIMS / FP8ATTN_FP8_KINDS (build filter), TORCH_CUDA_ARCH_LIST (default:
-# this GPU, with the 'a' suffix on sm_90), MAX_JOBS, PYTEST_ARGS, BENCH_ARGS, SANITIZE=1,
+# this GPU, with the 'a' suffix on sm_90), MAX_JOBS, PYTEST_ARGS, BENCH_ARGS, SKIP_SANITIZE=1,
 # SKIP_BUILD=1, SKIP_TESTS=1, SKIP_BENCH=1.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -35,13 +35,15 @@ if [ -z "${SKIP_BUILD:-}" ]; then
 fi
 if [ -z "${SKIP_TESTS:-}" ]; then
   echo "== GPU tests"
-  python3 -m pytest -q -rs tests/gpu ${PYTEST_ARGS:-} 2>&1 | tee "$OUTDIR/tests_gpu.log" | tail -40 || rc=1
+  python3 -m pytest -q -rs tests/gpu ${PYTEST_ARGS:-} 2>&1 | tee "$OUTDIR/tests_gpu.log" | tail -40
+  [ "${PIPESTATUS[0]}" = 0 ] || rc=1
 fi
-if [ -n "${SANITIZE:-}" ]; then
+if [ -z "${SKIP_SANITIZE:-}" ]; then
   for tool in memcheck racecheck; do
     echo "== compute-sanitizer --tool $tool"
     compute-sanitizer --tool $tool --error-exitcode 9 python3 tests/gpu/sanitize_cases.py \
-      >"$OUTDIR/sanitizer_$tool.log" 2>&1; echo "$tool rc=$?" | tee -a "$OUTDIR/sanitizer_$tool.log"
+      >"$OUTDIR/sanitizer_$tool.log" 2>&1
+    src=$?; echo "$tool rc=$src" | tee -a "$OUTDIR/sanitizer_$tool.log"; [ $src = 0 ] || rc=1
     tail -4 "$OUTDIR/sanitizer_$tool.log"
   done
 fi
