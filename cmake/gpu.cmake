@@ -5,7 +5,7 @@
 # (arch atom family, head dim, fp8 kind, mask kind), plus the dispatch table. Filters (env, at
 # configure time): FP8ATTN_HEAD_DIMS, FP8ATTN_FP8_KINDS, FP8ATTN_ARCHS. CUDA targets:
 # FP8ATTN_CUDA_ARCHS (CMake syntax, default "89;90a") unless torch's TORCH_CUDA_ARCH_LIST already
-# put -gencode flags in CMAKE_CUDA_FLAGS.
+# put -gencode flags in CMAKE_CUDA_FLAGS. ROCm: see the rocm branch below (PYTORCH_ROCM_ARCH).
 
 if(FP8ATTN_GPU STREQUAL "cuda")
   set(FP8ATTN_GEN_DIR ${CMAKE_BINARY_DIR}/gen)
@@ -44,5 +44,75 @@ if(FP8ATTN_GPU STREQUAL "cuda")
   message(STATUS "fp8attn: CUDA architectures ${FP8ATTN_CUDA_ARCHS_EFFECTIVE} (CMAKE_CUDA_FLAGS: ${CMAKE_CUDA_FLAGS})")
   set(CMAKE_CUDA_ARCHITECTURES ${FP8ATTN_CUDA_ARCHS_EFFECTIVE})
 elseif(FP8ATTN_GPU STREQUAL "rocm")
-  message(WARNING "fp8attn: the ROCm kernel build is not wired yet; building the CPU implementation only")
+  # ---- ROCm: the same sources, hipified (PyTorch's hipify, cmake/hipify.py) into the build tree,
+  # nothing .hip is written by hand. Targets: PYTORCH_ROCM_ARCH (";" or " " separated, default
+  # "gfx942;gfx950") intersected with the targets that have FP8 MFMA atoms (arch/amd_mfma.h).
+  set(FP8ATTN_ROCM_SUPPORTED gfx942 gfx950)
+  if(DEFINED ENV{PYTORCH_ROCM_ARCH} AND NOT "$ENV{PYTORCH_ROCM_ARCH}" STREQUAL "")
+    string(REPLACE " " ";" FP8ATTN_ROCM_REQUESTED "$ENV{PYTORCH_ROCM_ARCH}")
+  else()
+    set(FP8ATTN_ROCM_REQUESTED gfx942 gfx950)
+  endif()
+  set(FP8ATTN_ROCM_ARCHS "")
+  set(FP8ATTN_ROCM_BASE_ARCHS "")
+  foreach(arch IN LISTS FP8ATTN_ROCM_REQUESTED)
+    string(REGEX REPLACE ":.*" "" arch_base "${arch}")  # gfx942:xnack- -> gfx942
+    if(arch_base IN_LIST FP8ATTN_ROCM_SUPPORTED)
+      list(APPEND FP8ATTN_ROCM_ARCHS ${arch})
+      list(APPEND FP8ATTN_ROCM_BASE_ARCHS ${arch_base})
+    elseif(NOT arch STREQUAL "")
+      message(WARNING "fp8attn: ${arch} has no FP8 MFMA kernels (supported: ${FP8ATTN_ROCM_SUPPORTED}); skipped")
+    endif()
+  endforeach()
+  if(NOT FP8ATTN_ROCM_ARCHS)
+    message(FATAL_ERROR "fp8attn: PYTORCH_ROCM_ARCH='$ENV{PYTORCH_ROCM_ARCH}' names no supported target (${FP8ATTN_ROCM_SUPPORTED})")
+  endif()
+  list(REMOVE_DUPLICATES FP8ATTN_ROCM_BASE_ARCHS)
+  message(STATUS "fp8attn: ROCm architectures ${FP8ATTN_ROCM_ARCHS}")
+  set(CMAKE_HIP_ARCHITECTURES ${FP8ATTN_ROCM_ARCHS})
+  enable_language(HIP)
+  set(CMAKE_HIP_STANDARD 17)
+  set(CMAKE_HIP_STANDARD_REQUIRED ON)
+  # Exact IEEE division / exp2 / log (no fast math), as on CUDA: the kernels must match the CPU oracle.
+  string(APPEND CMAKE_HIP_FLAGS " -O3 -fno-gpu-rdc")
+
+  # Stage: a copy of csrc/ plus the generated instances, hipified in place (at configure time;
+  # re-run when a source or the generator changes).
+  set(FP8ATTN_HIP_STAGE ${CMAKE_BINARY_DIR}/hipify)
+  file(GLOB_RECURSE FP8ATTN_HIP_INPUTS CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/csrc/*)
+  set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS
+    ${CMAKE_SOURCE_DIR}/csrc/kernels/generate.py ${CMAKE_SOURCE_DIR}/cmake/hipify.py)
+  file(REMOVE_RECURSE ${FP8ATTN_HIP_STAGE})
+  file(COPY ${CMAKE_SOURCE_DIR}/csrc DESTINATION ${FP8ATTN_HIP_STAGE})
+  string(REPLACE ";" "," FP8ATTN_ROCM_ARCHS_CSV "${FP8ATTN_ROCM_BASE_ARCHS}")
+  execute_process(
+    COMMAND ${CMAKE_COMMAND} -E env FP8ATTN_ARCHS=${FP8ATTN_ROCM_ARCHS_CSV}
+            ${Python_EXECUTABLE} ${CMAKE_SOURCE_DIR}/csrc/kernels/generate.py --out-dir ${FP8ATTN_HIP_STAGE}/gen --gpu rocm
+    RESULT_VARIABLE FP8ATTN_GEN_RC)
+  if(NOT FP8ATTN_GEN_RC EQUAL 0)
+    message(FATAL_ERROR "csrc/kernels/generate.py failed")
+  endif()
+  execute_process(
+    COMMAND ${Python_EXECUTABLE} ${CMAKE_SOURCE_DIR}/cmake/hipify.py ${FP8ATTN_HIP_STAGE}
+    OUTPUT_VARIABLE FP8ATTN_HIP_SOURCES OUTPUT_STRIP_TRAILING_WHITESPACE
+    ERROR_QUIET RESULT_VARIABLE FP8ATTN_HIPIFY_RC)
+  if(NOT FP8ATTN_HIPIFY_RC EQUAL 0 OR FP8ATTN_HIP_SOURCES STREQUAL "")
+    message(FATAL_ERROR "fp8attn: hipify of ${FP8ATTN_HIP_STAGE} failed")
+  endif()
+  # The torch-side entry point (csrc/cuda/ops_cuda.cpp) comes out as csrc/hip/ops_hip.cpp.
+  set(FP8ATTN_HIP_ENTRY ${FP8ATTN_HIP_STAGE}/csrc/hip/ops_hip.cpp)
+  if(NOT EXISTS ${FP8ATTN_HIP_ENTRY})
+    message(FATAL_ERROR "fp8attn: hipify did not produce ${FP8ATTN_HIP_ENTRY}")
+  endif()
+  set_source_files_properties(${FP8ATTN_HIP_SOURCES} PROPERTIES LANGUAGE HIP)
+  message(STATUS "fp8attn: FP8ATTN_HEAD_DIMS='$ENV{FP8ATTN_HEAD_DIMS}' FP8ATTN_FP8_KINDS='$ENV{FP8ATTN_FP8_KINDS}'")
+
+  if(DEFINED ENV{ROCM_PATH})
+    set(FP8ATTN_ROCM_PATH $ENV{ROCM_PATH})
+  else()
+    set(FP8ATTN_ROCM_PATH /opt/rocm)
+  endif()
+  set(FP8ATTN_GPU_SOURCES ${FP8ATTN_HIP_ENTRY} ${FP8ATTN_HIP_SOURCES})
+  set(FP8ATTN_GPU_INCLUDES ${FP8ATTN_HIP_STAGE}/csrc ${FP8ATTN_HIP_STAGE} ${FP8ATTN_ROCM_PATH}/include)
+  set(FP8ATTN_GPU_DEFINES FP8ATTN_WITH_CUDA=1 USE_ROCM=1 __HIP_PLATFORM_AMD__=1)
 endif()
