@@ -54,9 +54,20 @@ def _bar(i, n, label):
         sys.stderr.write("\n")
 
 
-def time_ms(fn, warmup, reps):
-    for _ in range(warmup):
+def time_ms(fn, warmup, reps, min_warm_ms=200.0):
+    """Median of `reps` event-timed calls after at least `warmup` calls and `min_warm_ms` of warm-up
+    (an idle GPU starts at a low clock)."""
+    w0, w1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    w0.record()
+    n = 0
+    while True:
         fn()
+        n += 1
+        if n >= warmup and n % 8 == 0:
+            w1.record()
+            torch.cuda.synchronize()
+            if w0.elapsed_time(w1) >= min_warm_ms:
+                break
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
     for s, e in zip(starts, ends, strict=True):

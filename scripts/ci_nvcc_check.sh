@@ -26,9 +26,8 @@ compile() {  # $1 = source
   if ! "$NVCC" $flags -c "$src" -o "$work/$base.o" >"$work/$base.log" 2>&1; then
     cat "$work/$base.log"; echo "FAILED: $src"; return 1
   fi
-  if grep -q "bytes spill stores" "$work/$base.log" && grep "spill stores" "$work/$base.log" | grep -vq " 0 bytes spill stores"; then
-    grep -B2 "spill stores" "$work/$base.log" | grep -v " 0 bytes spill stores" || true
-    echo "warning: register spills in $src"
+  if grep "spill stores" "$work/$base.log" | grep -vq " 0 bytes spill stores"; then
+    echo "warning: register spills in $base: $(grep "spill stores" "$work/$base.log" | grep -v " 0 bytes spill" | sort -u | tr -s ' ' | paste -sd';')"
   fi
   echo "ok: $base"
 }

@@ -8,6 +8,7 @@
 #include <c10/cuda/CUDAStream.h>
 #include <torch/library.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <string>
 #include <utility>
@@ -78,7 +79,7 @@ FP8ATTN_FORWARD_SIGNATURE(forward_cuda) {
                     mk == MaskKind::kBand ? ", masked" : ", unmasked", " in this build (built: ", built_instances(),
                     "; set FP8ATTN_HEAD_DIMS / FP8ATTN_FP8_KINDS at build time)");
   p.num_sm = multiprocessors(q.device().index());
-  p.num_splits = split_override() > 0 ? split_override() : choose_num_splits(p, p.num_sm);
+  p.num_splits = split_override() > 0 ? std::min(split_override(), 128) : choose_num_splits(p, p.num_sm);
   at::Tensor o_accum, lse_accum;
   if (p.num_splits > 1) {
     const auto opts = q.options().dtype(at::kFloat);

@@ -122,48 +122,52 @@ __global__ void __launch_bounds__(Policy::kThreads) fwd_kernel(const __grid_cons
   }
 }
 
-// Flash-decoding combine: one group of kCombineLanes = 32 threads per (query row, head) merges the
-// splits' normalized partial outputs with weights exp(lse_s - max lse), then applies the output
-// transform and writes lse. (A group is a warp on NVIDIA, half a wavefront on AMD: lane_xor with
-// masks < 32 never leaves it.)
-constexpr int kCombineWarps = 4;  // groups per block
-constexpr int kCombineLanes = 32;
+// Flash-decoding combine: one block of kCombineLanes threads per (query row, head) merges the
+// splits' normalized partial outputs with weights exp(lse_s - max lse) (computed once, in shared
+// memory), then applies the output transform and writes lse. Threads run over d, so the partial
+// outputs are read coalesced and every load of the sum over splits is independent.
+constexpr int kCombineWarps = 1;    // (row, head) items per block
+constexpr int kCombineLanes = 128;  // threads per item
+constexpr int kMaxSplits = 128;     // choose_num_splits and the entry point keep num_splits <= this
 
 template <Fp8Kind K>
 __global__ void __launch_bounds__(kCombineLanes * kCombineWarps) fwd_combine_kernel(const __grid_constant__ FwdParams p) {
-  const int lane = threadIdx.x % kCombineLanes;
+  __shared__ float w[kMaxSplits];
+  __shared__ float stat[2];
+  const int tid = threadIdx.x;
   const int32_t b = blockIdx.y;
-  const int64_t idx = static_cast<int64_t>(blockIdx.x) * kCombineWarps + threadIdx.x / kCombineLanes;
+  const int64_t idx = blockIdx.x;
   const SeqInfo seq = SeqInfo::make(p, b);
-  if (idx >= static_cast<int64_t>(seq.q_len) * p.num_heads) return;
+  if (idx >= static_cast<int64_t>(seq.q_len) * p.num_heads) return;  // uniform over the block
   const int32_t qrow = static_cast<int32_t>(idx / p.num_heads), h = static_cast<int32_t>(idx % p.num_heads);
   const int64_t split_stride = flat_rows(p) * p.num_heads;
   const int64_t row0 = flat_row(p, b, qrow) * p.num_heads + h;
-  const int S = p.num_splits;
+  const int S = p.num_splits < kMaxSplits ? p.num_splits : kMaxSplits;
 
-  float mx = -INFINITY;
-  for (int s = lane; s < S; s += kCombineLanes) mx = fmaxf(mx, p.lse_accum[s * split_stride + row0]);
-#pragma unroll
-  for (int o = kCombineLanes / 2; o > 0; o >>= 1) mx = fmaxf(mx, lane_xor(mx, o));
-  float wsum = 0.f;
-  if (mx != -INFINITY)
-    for (int s = lane; s < S; s += kCombineLanes) wsum += expf(p.lse_accum[s * split_stride + row0] - mx);
-#pragma unroll
-  for (int o = kCombineLanes / 2; o > 0; o >>= 1) wsum += lane_xor(wsum, o);
+  for (int s = tid; s < S; s += kCombineLanes) w[s] = p.lse_accum[s * split_stride + row0];
+  __syncthreads();
+  if (tid == 0) {
+    float mx = -INFINITY, sum = 0.f;
+    for (int s = 0; s < S; ++s) mx = fmaxf(mx, w[s]);
+    if (mx != -INFINITY)
+      for (int s = 0; s < S; ++s) sum += expf(w[s] - mx);
+    stat[0] = mx;
+    stat[1] = sum;
+  }
+  __syncthreads();
+  const float mx = stat[0], wsum = stat[1];
+  for (int s = tid; s < S; s += kCombineLanes) w[s] = (mx == -INFINITY || w[s] == -INFINITY) ? 0.f : expf(w[s] - mx);
+  __syncthreads();
 
   const OutputTransform<K> ot = OutputTransform<K>::make(p);
   const int64_t off = out_offset(p, b, qrow, h);
   const float inv_wsum = mx == -INFINITY ? 0.f : 1.f / wsum;
-  for (int d = lane; d < p.head_dim; d += kCombineLanes) {
+  for (int d = tid; d < p.head_dim; d += kCombineLanes) {
     float o = 0.f;
-    if (mx != -INFINITY)
-      for (int s = 0; s < S; ++s) {
-        const float ls = p.lse_accum[s * split_stride + row0];
-        if (ls != -INFINITY) o += expf(ls - mx) * p.o_accum[(s * split_stride + row0) * p.head_dim + d];
-      }
+    for (int s = 0; s < S; ++s) o += w[s] * p.o_accum[(s * split_stride + row0) * p.head_dim + d];
     ot.store(p.out, off + d, o * inv_wsum);
   }
-  if (p.lse && lane == 0)
+  if (p.lse && tid == 0)
     p.lse[seq.lse_offset + static_cast<int64_t>(h) * p.lse_head_stride + static_cast<int64_t>(qrow) * p.lse_row_stride] =
         mx == -INFINITY ? -INFINITY : mx + logf(wsum);
 }
