@@ -10,6 +10,8 @@
 #   * the portable sources use NVIDIA-only constructs: __shfl_*_sync, full-warp masks, cuda_fp8.h /
 #     __nv_fp8, or 32-lane warp arithmetic, outside the NVIDIA-only files (grep, before compiling).
 # Prints one summary line per target: forward kernels, max VGPRs (arch + acc), max LDS bytes.
+# First, scripts/amd_tile_emulation.cpp runs the AMD tile's qk / pv code on the host for an
+# emulated wavefront and checks every S and O element (fragment layouts, key order, P packing).
 #
 #   scripts/ci_rocm_check.sh                       # every instance, gfx942 + gfx950
 #   JOBS=2 ROCM_CHECK_TARGETS=gfx942 FP8ATTN_HEAD_DIMS=128 scripts/ci_rocm_check.sh
@@ -50,6 +52,10 @@ fi
 work=${KEEP:-$(mktemp -d)}
 mkdir -p "$work"
 [ -n "${KEEP:-}" ] || trap 'rm -rf "$work"' EXIT
+
+# The AMD tile's fragment maps, run on the host for one emulated 64-lane wavefront (seconds).
+$CLANG -std=c++17 -O1 -Wno-psabi -I csrc scripts/amd_tile_emulation.cpp -o "$work/amd_tile_emulation"
+"$work/amd_tile_emulation"
 # Device libraries: Debian's, plus the gfx942 / gfx950 ISA-version files it lacks (from gfx940's).
 libs=$work/devlibs
 mkdir -p "$libs"
