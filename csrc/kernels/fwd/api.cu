@@ -64,9 +64,9 @@ int32_t choose_num_splits(const FwdParams& p, int32_t num_sm) {
   const int64_t blocks = m_blocks * p.batch * p.num_heads_k;
   const int64_t tiles = (static_cast<int64_t>(p.seqlen_k) + kGpuKvTile - 1) / kGpuKvTile;
   if (blocks <= 0 || num_sm <= 0 || blocks >= num_sm || tiles < 4) return 1;
-  // About three blocks per multiprocessor (what fits next to each other), at least 2 tiles
-  // (128 keys) per split.
-  const int64_t want = (3 * num_sm + blocks - 1) / blocks;
+  // At most one wave of about three blocks per multiprocessor (what fits next to each other: a
+  // second, nearly empty wave would double the time), at least 2 tiles (128 keys) per split.
+  const int64_t want = (3 * num_sm) / blocks;
   return static_cast<int32_t>(std::max<int64_t>(1, std::min<int64_t>({want, tiles / 2, 128})));
 }
 
