@@ -79,6 +79,14 @@ void check_last_dim_contiguous(const at::Tensor& t, const char* name) {
                     t.strides());
 }
 
+// Strides of a [B, S, H, D] (batch = dim 0; a cache's block) or [T, H, D] (no batch) tensor.
+void set_strides(const at::Tensor& t, int64_t* batch, int64_t* row, int64_t* head) {
+  const int64_t o = t.dim() - 3;
+  *batch = o ? t.stride(0) : 0;
+  *row = t.stride(o);
+  *head = t.stride(o + 1);
+}
+
 }  // namespace
 
 bool is_supported_head_dim(int64_t d) {
@@ -252,32 +260,10 @@ FwdPlan make_fwd_params(const FwdArgs& a) {
   p.k = k.data_ptr();
   p.v = v.data_ptr();
   p.out = out.data_ptr();
-  if (varlen_q) {
-    p.q_row_stride = q.stride(0);
-    p.q_head_stride = q.stride(1);
-    p.o_row_stride = out.stride(0);
-    p.o_head_stride = out.stride(1);
-  } else {
-    p.q_batch_stride = q.stride(0);
-    p.q_row_stride = q.stride(1);
-    p.q_head_stride = q.stride(2);
-    p.o_batch_stride = out.stride(0);
-    p.o_row_stride = out.stride(1);
-    p.o_head_stride = out.stride(2);
-  }
-  if (k.dim() == 3) {
-    p.k_row_stride = k.stride(0);
-    p.k_head_stride = k.stride(1);
-    p.v_row_stride = v.stride(0);
-    p.v_head_stride = v.stride(1);
-  } else {
-    p.k_batch_stride = k.stride(0);
-    p.k_row_stride = k.stride(1);
-    p.k_head_stride = k.stride(2);
-    p.v_batch_stride = v.stride(0);
-    p.v_row_stride = v.stride(1);
-    p.v_head_stride = v.stride(2);
-  }
+  set_strides(q, &p.q_batch_stride, &p.q_row_stride, &p.q_head_stride);
+  set_strides(out, &p.o_batch_stride, &p.o_row_stride, &p.o_head_stride);
+  set_strides(k, &p.k_batch_stride, &p.k_row_stride, &p.k_head_stride);
+  set_strides(v, &p.v_batch_stride, &p.v_row_stride, &p.v_head_stride);
   p.cu_seqlens_q = varlen_q ? a.cu_seqlens_q->data_ptr<int32_t>() : nullptr;
   p.cu_seqlens_k = a.cu_seqlens_k ? a.cu_seqlens_k->data_ptr<int32_t>() : nullptr;
   p.seqused_k = a.seqused_k ? a.seqused_k->data_ptr<int32_t>() : nullptr;

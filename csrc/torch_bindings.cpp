@@ -6,14 +6,7 @@
 
 namespace fp8attn {
 
-FwdArgs pack_forward_args(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, at::Tensor& out,
-                          const std::optional<at::Tensor>& cu_seqlens_q, const std::optional<at::Tensor>& cu_seqlens_k,
-                          const std::optional<at::Tensor>& seqused_k, int64_t max_seqlen_q, int64_t max_seqlen_k,
-                          const std::optional<at::Tensor>& block_table, double softmax_scale, bool causal,
-                          int64_t window_left, int64_t window_right, double softcap,
-                          const std::optional<at::Tensor>& q_descale, const std::optional<at::Tensor>& k_descale,
-                          const std::optional<at::Tensor>& v_descale, const std::optional<at::Tensor>& p_scale,
-                          const std::optional<at::Tensor>& out_scale, bool return_softmax_lse, int64_t kv_tile) {
+FwdArgs pack_forward_args(FP8ATTN_FORWARD_PARAMS) {
   FwdArgs a;
   a.q = q;
   a.k = k;
