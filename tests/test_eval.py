@@ -202,3 +202,15 @@ def test_other_architectures(arch, over):
         for layer in model.model.layers:
             layer.self_attn.sliding_window = None
         assert rel_err(model(input_ids=x).logits, ref) > 0.05
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_fp32_and_fp16_models(scales, dtype):
+    """fp16 q is quantized in the kernel; fp32 q is quantized before the call (the op takes 16-bit or FP8 q)."""
+    x = ids(2, 32)
+    ref = tiny_llama(dtype=torch.float32)(input_ids=x).logits
+    for mode in (dict(), dict(fp8_output=False)):
+        model = tiny_llama(attn="fp8attn", dtype=dtype)
+        fp8hf.attach_scales(model, scales, **mode)
+        out = model(input_ids=x).logits
+        assert out.dtype == dtype and rel_err(out, ref) < 0.05
