@@ -214,3 +214,37 @@ def test_fp32_and_fp16_models(scales, dtype):
         fp8hf.attach_scales(model, scales, **mode)
         out = model(input_ids=x).logits
         assert out.dtype == dtype and rel_err(out, ref) < 0.05
+
+
+@pytest.mark.skipif(not (MODEL / "model.safetensors").is_file(), reason="no committed model")
+def test_cli_check_json_and_markdown(tmp_path, capsys):
+    rc = fp8eval.main(["--max-seqs", "2", "--configs", "fp8-qkvp", "--check", "1.0",
+                       "--json", str(tmp_path / "r.json"), "--md", str(tmp_path / "r.md")])
+    out = capsys.readouterr().out
+    assert rc == 0 and "fp8-qkvpo vs sdpa-bf16" in out and "OK" in out
+    import json
+
+    res = json.loads((tmp_path / "r.json").read_text())
+    assert [r["config"] for r in res["rows"]] == ["fp8-qkvp", "sdpa-bf16", "fp8-qkvpo"]
+    assert (tmp_path / "r.md").read_text().startswith("Held-out perplexity of `stdlib-llama`")
+    with pytest.raises(ValueError, match="unknown"):
+        fp8eval.evaluate(MODEL, configs=["nope"])
+
+
+def test_train_script_split_is_disjoint_and_deterministic():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("train_stdlib_llama", REPO / "models" / "train_stdlib_llama.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    files = mod.stdlib_files()
+    assert files and files == sorted(files)
+    held = {rel for rel, _ in files if mod.is_heldout(rel)}
+    assert 0 < len(held) < 0.1 * len(files)
+    log = __import__("json").loads((MODEL / "train_log.json").read_text())
+    if log["python"] == __import__("sys").version:  # the committed texts come from this very stdlib
+        first_held = next(p for rel, p in files if rel in held)
+        first_train = next(p for rel, p in files if rel not in held)
+        assert (MODEL / "heldout.txt").read_bytes()[:2000] == first_held.read_bytes()[:2000]
+        assert (MODEL / "calib.txt").read_bytes()[:2000] == first_train.read_bytes()[:2000]
+    assert mod.lr_at(0, 550, 3e-3, 100) == pytest.approx(3e-5) and mod.lr_at(549, 550, 3e-3, 100) == pytest.approx(3e-4, rel=1e-3)
