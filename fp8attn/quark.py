@@ -22,9 +22,9 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import Iterable, Mapping
 
 import torch
 
@@ -66,11 +66,11 @@ class AttentionScales:
     def as_floats(self) -> dict[str, float | None]:
         return {f.name: (None if (t := getattr(self, f.name)) is None else float(t.item())) for f in fields(self)}
 
-    def map(self, fn) -> "AttentionScales":
+    def map(self, fn) -> AttentionScales:
         return AttentionScales(**{f.name: (None if (t := getattr(self, f.name)) is None else fn(t))
                                   for f in fields(self)})
 
-    def to(self, device: torch.device | str) -> "AttentionScales":
+    def to(self, device: torch.device | str) -> AttentionScales:
         return self.map(lambda t: t.to(device))
 
 
@@ -98,7 +98,7 @@ class QuarkScales:
         """True if every layer has every scale in `which` (a subset of "qkvpo")."""
         return all(getattr(s, w) is not None for s in self.layers.values() for w in which)
 
-    def to_fnuz(self) -> "QuarkScales":
+    def to_fnuz(self) -> QuarkScales:
         """The same scales for an e4m3fnuz device (each doubled); identity if already fnuz."""
         if self.fp8_dtype == torch.float8_e4m3fnuz:
             return self

@@ -167,6 +167,7 @@ def unpad(x: torch.Tensor, keep: torch.Tensor) -> tuple[torch.Tensor, torch.Tens
 def _run_kernel(cfg: Fp8AttnLayerConfig, s: AttentionScales, q, k8, v8, *, softmax_scale, causal, window,
                 softcap, out_dtype, **varlen):
     import fp8attn
+
     from ..quant import quantize
 
     if q.dtype in (torch.float16, torch.bfloat16):
