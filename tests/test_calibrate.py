@@ -1,12 +1,16 @@
 """Calibration of FP8 attention scales (fp8attn.calibrate) on Hugging Face causal LMs."""
 
 import json
+import os
 from pathlib import Path
 
 import pytest
 import torch
 
-transformers = pytest.importorskip("transformers")
+if os.environ.get("FP8ATTN_REQUIRE_TRANSFORMERS") or os.environ.get("FP8ATTN_REQUIRE_VLLM"):
+    import transformers  # CI installs it: a missing package is a failure, not a skip
+else:
+    transformers = pytest.importorskip("transformers")
 
 from fp8attn import calibrate as cal  # noqa: E402
 from fp8attn.quark import read_attention_scales  # noqa: E402
@@ -129,7 +133,6 @@ def test_cli_errors(tmp_path):
         cal.main([str(tmp_path / "m"), "--text", str(tmp_path / "short.txt"), "--no-progress"])
 
 
-@pytest.mark.skipif(not (MODEL / "fp8attn_scales.safetensors").is_file(), reason="no committed model scales")
 def test_committed_scales_are_reproduced_within_1pct():
     """Re-running the calibration recorded in the committed scale file gives the same scales (±1%)."""
     from safetensors import safe_open

@@ -1,12 +1,16 @@
 """transformers integration (attn_implementation="fp8attn") and the end-to-end perplexity check."""
 
 import math
+import os
 from pathlib import Path
 
 import pytest
 import torch
 
-transformers = pytest.importorskip("transformers")
+if os.environ.get("FP8ATTN_REQUIRE_TRANSFORMERS") or os.environ.get("FP8ATTN_REQUIRE_VLLM"):
+    import transformers  # CI installs it: a missing package is a failure, not a skip
+else:
+    transformers = pytest.importorskip("transformers")
 
 from fp8attn import calibrate as cal  # noqa: E402
 from fp8attn import eval as fp8eval  # noqa: E402
@@ -149,7 +153,6 @@ def test_table_format():
     assert "| sdpa-bf16 | d | 3.0000 | 1.5800 | +0.000% |" in t
 
 
-@pytest.mark.skipif(not (MODEL / "model.safetensors").is_file(), reason="no committed model")
 def test_full_fp8_attention_within_1pct_of_bf16_on_the_embedded_model():
     """The issue's acceptance check: FP8 Q/K/V/P/O attention keeps held-out perplexity within +1%
     of the bf16 SDPA baseline on the model trained here (CPU)."""
@@ -162,7 +165,6 @@ def test_full_fp8_attention_within_1pct_of_bf16_on_the_embedded_model():
     assert math.isfinite(rel) and rel <= 1.0, rel
 
 
-@pytest.mark.skipif(not (MODEL / "model.safetensors").is_file(), reason="no committed model")
 def test_compare_prints_the_table(capsys):
     res = fp8eval.compare(MODEL, device="cpu", max_seqs=1)
     out = capsys.readouterr().out
@@ -216,7 +218,6 @@ def test_fp32_and_fp16_models(scales, dtype):
         assert out.dtype == dtype and rel_err(out, ref) < 0.05
 
 
-@pytest.mark.skipif(not (MODEL / "model.safetensors").is_file(), reason="no committed model")
 def test_cli_check_json_and_markdown(tmp_path, capsys):
     rc = fp8eval.main(["--max-seqs", "2", "--configs", "fp8-qkvp", "--check", "1.0",
                        "--json", str(tmp_path / "r.json"), "--md", str(tmp_path / "r.md")])
