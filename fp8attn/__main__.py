@@ -62,7 +62,7 @@ def run_attention(device: torch.device, repeats: int) -> dict:
     out = call()
     cpu = w.to("cpu")
     ideal, _ = ideal_attention(cpu.q, cpu.key_cache, cpu.value_cache, **cpu.kwargs)
-    quant, _ = quantized_attention(cpu.q, cpu.key_cache, cpu.value_cache, kv_tile=128, out_scale=out_scale.cpu(),
+    quant, _ = quantized_attention(cpu.q, cpu.key_cache, cpu.value_cache, kv_tile=64, out_scale=out_scale.cpu(),
                                    **cpu.kwargs)
     o = out.cpu().double() * float(out_scale)
     err = ((o - ideal).norm() / ideal.norm()).item()

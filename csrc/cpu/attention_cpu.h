@@ -6,8 +6,6 @@
 
 namespace fp8attn::cpu {
 
-constexpr int kDefaultKvTile = 128;
-
 void run_forward(const FwdParams& p);
 
 }  // namespace fp8attn::cpu

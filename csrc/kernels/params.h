@@ -10,6 +10,10 @@ enum class Fp8Kind : int32_t { E4M3FN = 0, E4M3FNUZ = 1 };
 // Element type of q and of out.
 enum class ElemType : int32_t { FP8 = 0, BF16 = 1, FP16 = 2 };
 
+// The KV tile every implementation uses when kv_tile = 0 (the GPU kernels' only tile), so that the
+// CPU oracle and the GPU kernels quantize P at the same points by default.
+constexpr int32_t kDefaultKvTile = 64;
+
 struct FwdParams {
   // ---- tensors. q: [B, Sq, H, D] dense or [T, H, D] varlen. k/v: [B, Sk, Hkv, D] dense,
   // [Tk, Hkv, D] varlen, or [num_blocks, block_size, Hkv, D] paged. out like q. lse fp32.

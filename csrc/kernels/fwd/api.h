@@ -10,8 +10,8 @@
 
 namespace fp8attn {
 
-// The KV tile of the GPU kernels (all head dims): pass kv_tile = 64 to the CPU op to compare.
-constexpr int kGpuKvTile = 64;
+// The KV tile of the GPU kernels (all head dims), the default of every implementation.
+constexpr int kGpuKvTile = kDefaultKvTile;
 
 using FwdLaunchFn = void (*)(const FwdParams&, cudaStream_t);
 
