@@ -11,28 +11,23 @@ import fp8attn
 F8 = torch.float8_e4m3fn
 
 
-def dense(**over):
-    case = make_case(q_lens=[8] * 2, k_lens=[16] * 2, heads=4, kv_heads=2, head_dim=64, seed=1)
+def _args(layout: str, q_lens: list[int], k_lens: list[int], over: dict) -> dict:
+    """A valid call of the layout (as keyword arguments), with `over` replacing some of them."""
+    case = make_case(layout=layout, q_lens=q_lens, k_lens=k_lens, heads=4, kv_heads=2, head_dim=64, seed=1)
     (q, k, v), kw = case.call_args()
-    args = dict(q=q, k=k, v=v, **kw)
-    args.update(over)
-    return args
+    return {**dict(q=q, k=k, v=v, **kw), **over}
+
+
+def dense(**over):
+    return _args("dense", [8] * 2, [16] * 2, over)
 
 
 def paged(**over):
-    case = make_case(layout="paged", q_lens=[3, 5], k_lens=[20, 40], heads=4, kv_heads=2, head_dim=64, seed=2)
-    (q, k, v), kw = case.call_args()
-    args = dict(q=q, k=k, v=v, **kw)
-    args.update(over)
-    return args
+    return _args("paged", [3, 5], [20, 40], over)
 
 
 def varlen(**over):
-    case = make_case(layout="varlen", q_lens=[3, 5], k_lens=[20, 40], heads=4, kv_heads=2, head_dim=64, seed=3)
-    (q, k, v), kw = case.call_args()
-    args = dict(q=q, k=k, v=v, **kw)
-    args.update(over)
-    return args
+    return _args("varlen", [3, 5], [20, 40], over)
 
 
 def call(args):
