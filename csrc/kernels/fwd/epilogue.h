@@ -25,9 +25,20 @@ struct OutputTransform {
   }
   FP8ATTN_HD void store(void* out, int64_t off, float x) const {
     switch (type) {
-      case ElemType::BF16: static_cast<uint16_t*>(out)[off] = bf16_encode(x); break;
-      case ElemType::FP16: static_cast<uint16_t*>(out)[off] = fp16_encode(x); break;
-      default: static_cast<uint8_t*>(out)[off] = fp8_encode<K>(x * inv_out_scale);
+      case ElemType::BF16: store_as<ElemType::BF16>(out, off, x); break;
+      case ElemType::FP16: store_as<ElemType::FP16>(out, off, x); break;
+      default: store_as<ElemType::FP8>(out, off, x);
+    }
+  }
+  // The same for a type known at compile time (loops over many elements branch once, outside).
+  template <ElemType T>
+  FP8ATTN_HD void store_as(void* out, int64_t off, float x) const {
+    if constexpr (T == ElemType::BF16) {
+      static_cast<uint16_t*>(out)[off] = bf16_encode(x);
+    } else if constexpr (T == ElemType::FP16) {
+      static_cast<uint16_t*>(out)[off] = fp16_encode(x);
+    } else {
+      static_cast<uint8_t*>(out)[off] = fp8_encode<K>(x * inv_out_scale);
     }
   }
 };

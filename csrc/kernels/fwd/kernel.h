@@ -11,6 +11,7 @@
 #pragma once
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "epilogue.h"
 #include "pipeline.h"
@@ -92,14 +93,23 @@ __global__ void __launch_bounds__(Policy::kThreads) fwd_kernel(const __grid_cons
     const float lse = empty ? -INFINITY : lse_of(st.m[ri], l, p_scale);
     if (!split) {
       const int64_t off = out_offset(p, c.b, qrow[ri], head[ri]);
+      // One loop per output type, each small enough to unroll completely, so that the accumulator
+      // stays in registers (a type switch inside the loop does not unroll at D = 256: scratch).
+      const auto store_row = [&](auto type) {
 #pragma unroll
-      for (int n = 0; n < Policy::kNTilesO; ++n) {
+        for (int n = 0; n < Policy::kNTilesO; ++n) {
 #pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const int d = Tile::o_col(lane, 4 * n + i);
-          if (Tile::o_row(4 * n + i) == ri && (!kPadCols || d < Problem::kHeadDim))
-            ot.store(p.out, off + d, st.acc[n][i] * o_scale);
+          for (int i = 0; i < 4; ++i) {
+            const int d = Tile::o_col(lane, 4 * n + i);
+            if (Tile::o_row(4 * n + i) == ri && (!kPadCols || d < Problem::kHeadDim))
+              ot.template store_as<decltype(type)::value>(p.out, off + d, st.acc[n][i] * o_scale);
+          }
         }
+      };
+      switch (ot.type) {
+        case ElemType::BF16: store_row(std::integral_constant<ElemType, ElemType::BF16>{}); break;
+        case ElemType::FP16: store_row(std::integral_constant<ElemType, ElemType::FP16>{}); break;
+        default: store_row(std::integral_constant<ElemType, ElemType::FP8>{});
       }
       if (p.lse && Tile::row_leader(lane))
         p.lse[c.seq.lse_offset + static_cast<int64_t>(head[ri]) * p.lse_head_stride +
