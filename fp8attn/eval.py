@@ -98,7 +98,7 @@ def perplexity(model, ids: torch.Tensor, batch: int = 8) -> tuple[float, int]:
     return total / count, count
 
 
-def _load(model_dir: Path, cfg: EvalConfig, device: str, scales_path: Path):
+def _load(model_dir: Path, cfg: EvalConfig, device: str, scales_path: Path, fp8_dtype: torch.dtype):
     from transformers import AutoModelForCausalLM
 
     from .integrations import transformers as fp8hf
@@ -111,7 +111,7 @@ def _load(model_dir: Path, cfg: EvalConfig, device: str, scales_path: Path):
     if cfg.attn == "fp8attn":
         fp8hf.attach_scales(model, scales_path, quantize_p=cfg.quantize_p, fp8_output=cfg.fp8_output,
                             use_checkpoint_p_scale=cfg.use_checkpoint_p_scale,
-                            fp8_dtype=_device_fp8_dtype(device))
+                            fp8_dtype=fp8_dtype)
     return model
 
 
@@ -140,9 +140,14 @@ def evaluate(
     batch: int = 8,
     scales: str | Path | None = None,
     text: str | Path | None = None,
+    fp8_dtype: torch.dtype | None = None,
     progress: bool = True,
 ) -> dict:
-    """Perplexity of each config on the held-out text; returns a JSON-able dict (see format_table)."""
+    """Perplexity of each config on the held-out text; returns a JSON-able dict (see format_table).
+
+    fp8_dtype: default e4m3fnuz on MI300, else e4m3fn; e4m3fnuz doubles the (e4m3fn) scales."""
+    if fp8_dtype is None:
+        fp8_dtype = _device_fp8_dtype(device)
     model_dir = Path(model_dir) if model_dir else default_model_dir()
     scales_path = Path(scales) if scales else model_dir / "fp8attn_scales.safetensors"
     names = configs or list(CONFIGS)
@@ -155,7 +160,7 @@ def evaluate(
     for n in names:
         cfg = all_cfgs[n]
         t0 = time.perf_counter()
-        model = _load(model_dir, cfg, device, scales_path)
+        model = _load(model_dir, cfg, device, scales_path, fp8_dtype)
         nll, count = perplexity(model, ids, batch)
         dt = time.perf_counter() - t0
         rows.append({"config": n, "description": cfg.description, "nll": nll, "ppl": math.exp(nll),
@@ -172,7 +177,7 @@ def evaluate(
     return {
         "model": model_dir.name,
         "device": _device_name(device),
-        "fp8_dtype": str(_device_fp8_dtype(device)).removeprefix("torch."),
+        "fp8_dtype": str(fp8_dtype).removeprefix("torch."),
         "tokens": count if rows else 0,
         "sequences": int(ids.shape[0]),
         "seq_len": seq_len,
@@ -221,6 +226,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--scales", default=None, help="Quark-named scales (default: MODEL/fp8attn_scales.safetensors)")
     ap.add_argument("--text", default=None, help="held-out text (default: MODEL/heldout.txt)")
     ap.add_argument("--device", default="cpu")
+    ap.add_argument("--fp8-dtype", default=None, choices=["e4m3fn", "e4m3fnuz"],
+                    help="FP8 type (default: e4m3fnuz on MI300, else e4m3fn); e4m3fnuz doubles the scales")
     ap.add_argument("--configs", default=",".join(CONFIGS),
                     help=f"comma-separated, from {list(CONFIGS) + list(EXTRA_CONFIGS)}")
     ap.add_argument("--seq-len", type=int, default=512)
@@ -240,7 +247,8 @@ def main(argv: list[str] | None = None) -> int:
             if need not in configs:
                 configs.append(need)
     res = evaluate(args.model, configs=configs, device=args.device, seq_len=args.seq_len,
-                   max_seqs=args.max_seqs, batch=args.batch, scales=args.scales, text=args.text)
+                   max_seqs=args.max_seqs, batch=args.batch, scales=args.scales, text=args.text,
+                   fp8_dtype=getattr(torch, f"float8_{args.fp8_dtype}") if args.fp8_dtype else None)
     table = format_table(res)
     print(table)
     if args.json:
