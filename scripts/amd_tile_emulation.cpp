@@ -82,10 +82,10 @@ static int failures = 0;
     }                                     \
   } while (0)
 
-template <int D>
+template <int D, bool kK64>
 void test_tile(std::mt19937& rng) {
   using P = TestPolicy<D>;
-  using Tile = amd::MfmaTile<K>;
+  using Tile = amd::MfmaTile<K, kK64>;
   const int warp = 1;  // a wavefront other than 0: row offsets matter
   std::uniform_int_distribution<int> code(0, 255);
   auto rand_code = [&] {
@@ -192,10 +192,14 @@ void test_widen() {
 
 int main() {
   std::mt19937 rng(1234);
-  test_tile<64>(rng);
-  test_tile<80>(rng);
-  test_tile<128>(rng);
-  test_tile<256>(rng);
+  test_tile<64, false>(rng);
+  test_tile<80, false>(rng);
+  test_tile<128, false>(rng);
+  test_tile<256, false>(rng);
+  test_tile<64, true>(rng);  // the gfx950 f8f6f4 arrangement (k = 64 steps, 16-wide tails)
+  test_tile<80, true>(rng);
+  test_tile<112, true>(rng);
+  test_tile<256, true>(rng);
   for (uint32_t b = 0; b < 256; ++b) {  // clear_neg_zero: only 0x80 bytes change, in every position
     for (int pos = 0; pos < 4; ++pos) {
       const uint32_t x = (b << (8 * pos)) | (0x80u << (8 * ((pos + 1) % 4)));
@@ -214,6 +218,6 @@ int main() {
     std::printf("amd tile emulation: %d failures\n", failures);
     return 1;
   }
-  std::printf("ok: AMD tile emulated on one 64-lane wavefront (D = 64, 80, 128, 256): S and O exact for every lane\n");
+  std::printf("ok: AMD tile emulated on one 64-lane wavefront (D = 64, 80, 112, 128, 256; k16 and k64 forms): S and O exact for every lane\n");
   return 0;
 }

@@ -3,9 +3,10 @@
 # device libraries). Hipifies the kernel sources exactly as the ROCm build does (PyTorch's hipify,
 # into a staging tree), then compiles EVERY generated forward instance -- and the other kernel
 # translation units -- device-only to assembly for each target, and fails when
-#   * a forward kernel lacks its MFMA atom: v_mfma_f32_32x32x16_fp8_fp8 everywhere, except fnuz on
-#     gfx950, whose exact path is v_mfma_f32_32x32x16_f16 (arch/amd_mfma.h says why); the native
-#     kinds (gfx942 + fnuz, gfx950 + fn) must also quantize P with v_cvt_pk_fp8_f32;
+#   * a forward kernel lacks its MFMA atom: v_mfma_f32_32x32x16_fp8_fp8 on gfx942 (both kinds),
+#     the f8f6f4 form v_mfma_scale_f32_32x32x64_f8f6f4 for fn on gfx950, and for fnuz on gfx950 the
+#     exact f16 path v_mfma_f32_32x32x16_f16 (arch/amd_mfma.h says why); the native kinds
+#     (gfx942 + fnuz, gfx950 + fn) must also quantize P with v_cvt_pk_fp8_f32;
 #   * any kernel uses scratch: private segment > 0 or VGPR spills > 0;
 #   * the portable sources use NVIDIA-only constructs: __shfl_*_sync, full-warp masks, cuda_fp8.h /
 #     __nv_fp8, or 32-lane warp arithmetic, outside the NVIDIA-only files (grep, before compiling).
@@ -160,7 +161,8 @@ for t in targets:
             continue
         nfwd += 1
         kind = m.group(2)
-        want = "v_mfma_f32_32x32x16_f16" if (t == "gfx950" and kind == "e4m3fnuz") else "v_mfma_f32_32x32x16_fp8_fp8"
+        want = {("gfx950", "e4m3fnuz"): "v_mfma_f32_32x32x16_f16",
+                ("gfx950", "e4m3fn"): "v_mfma_scale_f32_32x32x64_f8f6f4"}.get((t, kind), "v_mfma_f32_32x32x16_fp8_fp8")
         native = (t == "gfx942" and kind == "e4m3fnuz") or (t == "gfx950" and kind == "e4m3fn")
         if want not in text:
             bad.append(f"{t} {base}: no {want} (the MFMA atom is missing)")

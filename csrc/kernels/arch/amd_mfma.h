@@ -19,6 +19,8 @@
 //    O element 16*db + r: column d = 32*db + 8*(r/4) + 4h + r%4 of row i. D is padded to 32: the
 //    columns >= D are computed from unwritten Vt rows and never stored.
 //  * Row reductions: the 64 keys of a row live in lanes i and i + 32: one exchange (lane ^ 32).
+//  * gfx950 + fn: the f8f6f4 form v_mfma_scale_f32_32x32x64_f8f6f4 takes four of the 8-code
+//    chunks above per operand (k = 64): the same fragments, half the MFMA instructions.
 //
 // FP8 kinds (chosen per compiled target and K; every path is exact except NaN inputs, which are
 // not supported -- as on the NVIDIA f16 path):
@@ -57,6 +59,7 @@ namespace fp8attn {
 namespace amd {
 
 typedef float f32x16 __attribute__((ext_vector_type(16)));
+typedef int i32x8 __attribute__((ext_vector_type(8)));
 typedef _Float16 f16x2 __attribute__((ext_vector_type(2)));
 typedef _Float16 f16x8 __attribute__((ext_vector_type(8)));
 
@@ -126,6 +129,30 @@ FP8ATTN_DEVICE f32x16 mfma_32x32x16(uint64_t a, uint64_t b, f32x16 c) {
 #endif
 }
 
+// c += A . B over k = 64 (gfx950 v_mfma_scale_f32_32x32x64_f8f6f4, e4m3 x e4m3, E8M0 scales 127 =
+// 1.0): operand chunk j (8 codes) of lane half h pairs with chunk j of the other operand's lane
+// half h, exactly as four 32x32x16 steps on the chunks do -- which is what other targets (and the
+// host emulation) compute instead.
+template <Fp8Kind K>
+FP8ATTN_DEVICE f32x16 mfma_32x32x64(const uint64_t a[4], const uint64_t b[4], f32x16 c) {
+#if FP8ATTN_AMD_HW_FP8 == 2
+  if constexpr (path_of<K>() == MfmaPath::kNative) {
+    i32x8 av, bv;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      av[2 * j] = static_cast<int>(a[j]);
+      av[2 * j + 1] = static_cast<int>(a[j] >> 32);
+      bv[2 * j] = static_cast<int>(b[j]);
+      bv[2 * j + 1] = static_cast<int>(b[j] >> 32);
+    }
+    return __builtin_amdgcn_mfma_scale_f32_32x32x64_f8f6f4(av, bv, c, 0, 0, 0, 127, 0, 127);
+  }
+#endif
+#pragma unroll
+  for (int j = 0; j < 4; ++j) c = mfma_32x32x16<K>(a[j], b[j], c);
+  return c;
+}
+
 // Probabilities -> FP8 codes of sat(p * inv_p_scale), packed little-endian (byte i = p[i]), and the
 // values of those codes. Hardware conversion where the target writes kind K, else the shared
 // software encoder (bit-exact by construction).
@@ -165,7 +192,19 @@ struct PQuant {
   }
 };
 
+// The gfx950 f8f6f4 (k = 64) form pays where the kind is native there (fn): twice the k per MFMA.
 template <Fp8Kind K>
+constexpr bool use_k64() {
+#if FP8ATTN_AMD_HW_FP8 == 2
+  return path_of<K>() == MfmaPath::kNative;
+#else
+  return false;
+#endif
+}
+
+// kK64: Q.K^T in 64-wide d steps (16-wide tail) and P.V in one 64-key step per d block, on
+// mfma_32x32x64; same fragments, same sums (the emulation runs both forms).
+template <Fp8Kind K, bool kK64 = use_k64<K>()>
 struct MfmaTile {
   static constexpr int kWarpSize = 64;
   static constexpr int kRowsPerWarp = 32;
@@ -225,8 +264,22 @@ struct MfmaTile {
     const uint8_t* kp0 = sK + k_row(key) * Policy::kRowStride + 8 * h;
     const uint8_t* kp1 = sK + k_row(32 + key) * Policy::kRowStride + 8 * h;
     f32x16 c0 = {}, c1 = {};
+    constexpr int kK64Steps = kK64 ? Policy::kD / 64 : 0;
 #pragma unroll
-    for (int ks = 0; ks < Policy::kD / 16; ++ks) {
+    for (int ks = 0; ks < kK64Steps; ++ks) {  // d = 64ks + 16j + 8h + (0..7), chunk j of lane half h
+      uint64_t b[4], a0[4], a1[4];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        b[j] = lds_load64(qp + 64 * ks + 16 * j);
+        if constexpr (kReinterpret) b[j] = clear_neg_zero(b[j]);
+        a0[j] = lds_load64(kp0 + 64 * ks + 16 * j);
+        a1[j] = lds_load64(kp1 + 64 * ks + 16 * j);
+      }
+      c0 = mfma_32x32x64<K>(a0, b, c0);
+      c1 = mfma_32x32x64<K>(a1, b, c1);
+    }
+#pragma unroll
+    for (int ks = 4 * kK64Steps; ks < Policy::kD / 16; ++ks) {
       uint64_t b = lds_load64(qp + 16 * ks);
       if constexpr (kReinterpret) b = clear_neg_zero(b);
       c0 = mfma_32x32x16<K>(lds_load64(kp0 + 16 * ks), b, c0);
@@ -249,10 +302,17 @@ struct MfmaTile {
       f32x16 c;
 #pragma unroll
       for (int r = 0; r < 16; ++r) c[r] = acc[4 * db + (r >> 2)][r & 3];
+      uint64_t a[4], b[4];
 #pragma unroll
       for (int kk = 0; kk < 4; ++kk) {
-        const uint64_t b = static_cast<uint64_t>(pa[2 * kk]) | (static_cast<uint64_t>(pa[2 * kk + 1]) << 32);
-        c = mfma_32x32x16<K>(lds_load64(vp + 32 * db * Policy::kVtStride + 16 * kk), b, c);
+        b[kk] = static_cast<uint64_t>(pa[2 * kk]) | (static_cast<uint64_t>(pa[2 * kk + 1]) << 32);
+        a[kk] = lds_load64(vp + 32 * db * Policy::kVtStride + 16 * kk);
+      }
+      if constexpr (kK64) {
+        c = mfma_32x32x64<K>(a, b, c);
+      } else {
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk) c = mfma_32x32x16<K>(a[kk], b[kk], c);
       }
 #pragma unroll
       for (int r = 0; r < 16; ++r) acc[4 * db + (r >> 2)][r & 3] = c[r];
