@@ -56,8 +56,8 @@ CONFIGS: dict[str, EvalConfig] = {c.name: c for c in (
                quantize_p=True, fp8_output=True),
 )}
 EXTRA_CONFIGS: dict[str, EvalConfig] = {c.name: c for c in (
-    EvalConfig("fp8-qkvpo-p2^-8", "as fp8-qkvpo, kernel default p_scale", torch.bfloat16, "fp8attn",
-               quantize_p=True, fp8_output=True, use_checkpoint_p_scale=False),
+    EvalConfig("fp8-qkvpo-pdefault", "as fp8-qkvpo, kernel default p_scale (2^-8 fn, 2^-7 fnuz)",
+               torch.bfloat16, "fp8attn", quantize_p=True, fp8_output=True, use_checkpoint_p_scale=False),
 )}
 BASELINE = "sdpa-bf16"
 FULL_FP8 = "fp8-qkvpo"
