@@ -150,3 +150,20 @@ def test_committed_scales_are_reproduced_within_1pct():
     for name, s in committed.layers.items():
         for w in "qkvpo":
             assert getattr(fresh[name], w).item() == pytest.approx(getattr(s, w).item(), rel=0.01), (name, w)
+
+
+def test_cli_uses_the_model_tokenizer(tmp_path, capsys):
+    """A model directory with a tokenizer is tokenized with it (local files only), not read as bytes."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    words = ["[UNK]"] + [f"w{i}" for i in range(63)]
+    tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    transformers.PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]").save_pretrained(tmp_path / "m")
+    tiny_llama().save_pretrained(tmp_path / "m")
+    (tmp_path / "t.txt").write_text(" ".join(f"w{i % 63}" for i in range(200)))
+    assert cal.main([str(tmp_path / "m"), "--text", str(tmp_path / "t.txt"), "--seq-len", "50",
+                     "--no-progress"]) == 0
+    assert "(200 tokens)" in capsys.readouterr().out  # 200 words, not ~800 bytes
+    with pytest.raises(ValueError, match="not 256"):
+        cal._encoder(tmp_path / "m", 64, force_bytes=True)  # --bytes on a model whose vocabulary is not bytes
