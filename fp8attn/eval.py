@@ -149,6 +149,9 @@ def evaluate(
     if fp8_dtype is None:
         fp8_dtype = _device_fp8_dtype(device)
     model_dir = Path(model_dir) if model_dir else default_model_dir()
+    if not (model_dir / "config.json").is_file():
+        raise FileNotFoundError(f"model: no config.json in {model_dir} (the embedded model lives in the source tree's "
+                                "models/stdlib-llama; pass --model / model_dir or set FP8ATTN_MODEL)")
     scales_path = Path(scales) if scales else model_dir / "fp8attn_scales.safetensors"
     names = configs or list(CONFIGS)
     all_cfgs = {**CONFIGS, **EXTRA_CONFIGS}

@@ -230,6 +230,8 @@ def test_cli_check_json_and_markdown(tmp_path, capsys):
     assert (tmp_path / "r.md").read_text().startswith("Held-out perplexity of `stdlib-llama`")
     with pytest.raises(ValueError, match="unknown"):
         fp8eval.evaluate(MODEL, configs=["nope"])
+    with pytest.raises(FileNotFoundError, match="FP8ATTN_MODEL"):
+        fp8eval.evaluate(tmp_path)
 
 
 def test_train_script_split_is_disjoint_and_deterministic():
