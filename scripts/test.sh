@@ -24,5 +24,5 @@ if [ $rc -eq 5 ]; then echo "pytest collected no tests"; exit 1; fi
 [ $rc -eq 0 ] || exit $rc
 echo "== GPU kernel compile-checks"
 bash scripts/ci_nvcc_check.sh
-if [ -f scripts/ci_rocm_check.sh ]; then bash scripts/ci_rocm_check.sh; fi
+bash scripts/ci_rocm_check.sh
 echo "all checks passed"
