@@ -180,14 +180,7 @@ struct PQuant {
     } else
 #endif
     {
-      uint32_t r = 0;
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const uint8_t c = fp8_encode<K>(p[i] * inv_p_scale);
-        pq[i] = fp8_decode<K>(c);
-        r |= static_cast<uint32_t>(c) << (8 * i);
-      }
-      return r;
+      return fp8_quantize4<K>(p, inv_p_scale, pq);
     }
   }
 };

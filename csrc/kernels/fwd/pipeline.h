@@ -18,6 +18,26 @@
 
 namespace fp8attn {
 
+// 16 consecutive q elements at element offset `off` as FP8 codes: an FP8 q as is, a 16-bit q
+// quantized with its head's descale (times the fp32 reciprocal, as every implementation does).
+template <Fp8Kind K>
+FP8ATTN_DEVICE uint4 load_q16_codes(const FwdParams& p, int64_t off, int32_t h) {
+  if (p.q_type == ElemType::FP8) return *reinterpret_cast<const uint4*>(static_cast<const uint8_t*>(p.q) + off);
+  const float inv = 1.f / (p.q_descale ? p.q_descale[h * p.q_descale_head_stride] : 1.f);
+  const uint4* src = reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(p.q) + off);
+  const uint4 lo = src[0], hi = src[1];
+  const uint32_t w[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+  uint32_t out[4] = {0, 0, 0, 0};
+#pragma unroll
+  for (int e = 0; e < 16; ++e) {
+    const uint16_t bits = static_cast<uint16_t>(w[e / 2] >> (16 * (e & 1)));
+    const float x = p.q_type == ElemType::BF16 ? bf16_decode(bits) : fp16_decode(bits);
+    out[e / 4] |= static_cast<uint32_t>(fp8_encode<K>(x * inv)) << (8 * (e & 3));
+  }
+  return make_uint4(out[0], out[1], out[2], out[3]);
+}
+
+
 // What the Kernel tells the Pipeline about its block: the sequence, its rows and the tile range.
 struct BlockCtx {
   SeqInfo seq;
@@ -57,22 +77,7 @@ struct FwdPipeline {
         const int32_t qrow = mrow / c.group, h = c.hkv * c.group + mrow % c.group;
         const int64_t off = c.seq.q_offset + static_cast<int64_t>(qrow) * p.q_row_stride +
                             static_cast<int64_t>(h) * p.q_head_stride + ch * 16;
-        if (p.q_type == ElemType::FP8) {
-          val = *reinterpret_cast<const uint4*>(static_cast<const uint8_t*>(p.q) + off);
-        } else {
-          const float inv = 1.f / (p.q_descale ? p.q_descale[h * p.q_descale_head_stride] : 1.f);
-          const uint4* src = reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(p.q) + off);
-          const uint4 lo = src[0], hi = src[1];
-          const uint32_t w[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
-          uint32_t out[4] = {0, 0, 0, 0};
-#pragma unroll
-          for (int e = 0; e < 16; ++e) {
-            const uint16_t bits = static_cast<uint16_t>(w[e / 2] >> (16 * (e & 1)));
-            const float x = p.q_type == ElemType::BF16 ? bf16_decode(bits) : fp16_decode(bits);
-            out[e / 4] |= static_cast<uint32_t>(fp8_encode<Problem::kFp8>(x * inv)) << (8 * (e & 3));
-          }
-          val = make_uint4(out[0], out[1], out[2], out[3]);
-        }
+        val = load_q16_codes<Problem::kFp8>(p, off, h);
       }
       *reinterpret_cast<uint4*>(sQ + r * Policy::kRowStride + ch * 16) = val;
     }

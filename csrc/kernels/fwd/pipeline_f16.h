@@ -115,22 +115,7 @@ struct FwdPipelineNvF16 {
         const int32_t qrow = mrow / c.group, h = c.hkv * c.group + mrow % c.group;
         const int64_t off = c.seq.q_offset + static_cast<int64_t>(qrow) * p.q_row_stride +
                             static_cast<int64_t>(h) * p.q_head_stride + ch * 16;
-        if (p.q_type == ElemType::FP8) {
-          codes = *reinterpret_cast<const uint4*>(static_cast<const uint8_t*>(p.q) + off);
-        } else {
-          const float inv = 1.f / (p.q_descale ? p.q_descale[h * p.q_descale_head_stride] : 1.f);
-          const uint4* src = reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(p.q) + off);
-          const uint4 lo = src[0], hi = src[1];
-          const uint32_t w[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
-          uint32_t out[4] = {0, 0, 0, 0};
-#pragma unroll
-          for (int e = 0; e < 16; ++e) {
-            const uint16_t bits = static_cast<uint16_t>(w[e / 2] >> (16 * (e & 1)));
-            const float x = p.q_type == ElemType::BF16 ? bf16_decode(bits) : fp16_decode(bits);
-            out[e / 4] |= static_cast<uint32_t>(fp8_encode<kFp8>(x * inv)) << (8 * (e & 3));
-          }
-          codes = make_uint4(out[0], out[1], out[2], out[3]);
-        }
+        codes = load_q16_codes<kFp8>(p, off, h);
       }
       uint32_t h[8];
       widen16(codes, h);

@@ -98,4 +98,17 @@ FP8ATTN_HD float fp8_max() {
   return Fp8Traits<K>::kMax;
 }
 
+// Software quantization of 4 values (the atoms' P path where no hardware conversion writes kind K):
+// the codes of sat(x[i] * inv_scale) packed little-endian (byte i = x[i]), their values in xq.
+template <Fp8Kind K>
+FP8ATTN_HD uint32_t fp8_quantize4(const float x[4], float inv_scale, float xq[4]) {
+  uint32_t r = 0;
+  for (int i = 0; i < 4; ++i) {
+    const uint8_t c = fp8_encode<K>(x[i] * inv_scale);
+    xq[i] = fp8_decode<K>(c);
+    r |= static_cast<uint32_t>(c) << (8 * i);
+  }
+  return r;
+}
+
 }  // namespace fp8attn
