@@ -53,7 +53,10 @@ struct SeqInfo {
     const int64_t bstride = is_v ? p.v_batch_stride : p.k_batch_stride;
     const int64_t rstride = is_v ? p.v_row_stride : p.k_row_stride;
     if (blocks) {
-      const int32_t blk = blocks[j / p.page_block_size];
+      // Entries are validated on the host unless the caller chose the no-sync path; there an entry
+      // out of range is clamped so that a bad table can never address outside the cache.
+      int32_t blk = blocks[j / p.page_block_size];
+      blk = static_cast<uint32_t>(blk) < static_cast<uint32_t>(p.num_cache_blocks) ? blk : 0;
       return static_cast<int64_t>(blk) * bstride + static_cast<int64_t>(j % p.page_block_size) * rstride;
     }
     return (is_v ? v_offset : k_offset) + static_cast<int64_t>(j) * rstride;
