@@ -147,7 +147,7 @@ def test_impl_refuses_what_validation_cannot_see():
 
 
 def test_backend_and_impl_flags():
-    impl = FP8AttnImpl(H, D, D**-0.5, HKV, None, None, "fp8")
+    impl = fp8_impl()
     assert impl.supports_quant_query_input
     assert impl.fused_output_quant_supported(kFp8StaticTensorSym)
     assert not impl.fused_output_quant_supported(kFp8DynamicTensorSym)
@@ -191,10 +191,24 @@ def vllm_config(tmp_path_factory):
     return VllmConfig(model_config=model_config, cache_config=CacheConfig(block_size=BLOCK, cache_dtype="fp8"))
 
 
+def fp8_spec() -> FullAttentionSpec:
+    """The layer's KV cache spec: an FP8 cache (vLLM allocates it as uint8)."""
+    return FullAttentionSpec(block_size=BLOCK, num_kv_heads=HKV, head_size=D, dtype=torch.uint8)
+
+
+def fp8_builder(vllm_config) -> FP8AttnMetadataBuilder:
+    return FP8AttnMetadataBuilder(fp8_spec(), ["layers.0.self_attn.attn"], vllm_config, torch.device("cpu"))
+
+
+def fp8_impl() -> FP8AttnImpl:
+    """A Llama-like layer: no sliding window, fp8 KV cache."""
+    return FP8AttnImpl(H, D, D**-0.5, HKV, None, None, "fp8")
+
+
 def make_kv_cache(num_blocks: int, layout: KVCacheLayout) -> torch.Tensor:
     """One layer's FP8 KV cache exactly as vLLM 0.33.0's runner allocates it: a uint8 view of logical shape
     [num_blocks, Hkv, block_size, 2*D] with the layout's strides (create_kv_cache_views)."""
-    spec = FullAttentionSpec(block_size=BLOCK, num_kv_heads=HKV, head_size=D, dtype=torch.uint8)
+    spec = fp8_spec()
     page = spec.page_size_bytes
     raw = torch.zeros(page * num_blocks, dtype=torch.int8)
     tensor = KVCacheTensor(size=page * num_blocks, layers=["layers.0.self_attn.attn"], layer_stride=page * num_blocks,
@@ -289,7 +303,7 @@ def run_step(batch: Batch, impl: FP8AttnImpl, builder: FP8AttnMetadataBuilder, l
 @pytest.mark.parametrize("window, softcap", [(None, 0.0), (24, 0.0), (None, 20.0)], ids=["full", "window", "softcap"])
 def test_mixed_batch_matches_unpaged_reference(vllm_config, layout, window, softcap):
     batch = Batch(seed=1)
-    spec = FullAttentionSpec(block_size=BLOCK, num_kv_heads=HKV, head_size=D, dtype=torch.uint8)
+    spec = fp8_spec()
     builder = FP8AttnBackend.get_builder_cls()(spec, ["layers.0.self_attn.attn"], vllm_config, torch.device("cpu"))
     impl = FP8AttnBackend.get_impl_cls()(H, D, D**-0.5, HKV, None, window, "fp8", logits_soft_cap=softcap)
     kv_cache, key, value, metadata = run_step(batch, impl, builder, layout)
@@ -330,9 +344,7 @@ def test_chunked_prefill_sees_its_cached_context(vllm_config):
     """The continuation's first query row attends to its 29 cached keys (bottom-right causal), unlike a
     fresh prefill of the same tokens."""
     batch = Batch(seed=2)
-    spec = FullAttentionSpec(block_size=BLOCK, num_kv_heads=HKV, head_size=D, dtype=torch.uint8)
-    builder = FP8AttnMetadataBuilder(spec, ["layers.0.self_attn.attn"], vllm_config, torch.device("cpu"))
-    impl = FP8AttnImpl(H, D, D**-0.5, HKV, None, None, "fp8")
+    builder, impl = fp8_builder(vllm_config), fp8_impl()
     kv_cache, key, value, metadata = run_step(batch, impl, builder, KVCacheLayout.LBNHC)
     output = torch.empty(batch.T + PAD_TOKENS, H, D, dtype=torch.bfloat16)
     impl.forward(batch.layer, batch.q, key, value, kv_cache, metadata, output)
@@ -354,9 +366,7 @@ def test_chunked_prefill_sees_its_cached_context(vllm_config):
 def test_output_scale_writes_fp8_of_the_16bit_output(vllm_config):
     """vLLM's attention+quant fusion: output is FP8 and output_scale the next layer's static input scale."""
     batch = Batch(seed=3)
-    spec = FullAttentionSpec(block_size=BLOCK, num_kv_heads=HKV, head_size=D, dtype=torch.uint8)
-    builder = FP8AttnMetadataBuilder(spec, ["layers.0.self_attn.attn"], vllm_config, torch.device("cpu"))
-    impl = FP8AttnImpl(H, D, D**-0.5, HKV, None, None, "fp8")
+    builder, impl = fp8_builder(vllm_config), fp8_impl()
     kv_cache, key, value, metadata = run_step(batch, impl, builder, KVCacheLayout.LBNHC)
     out16 = torch.empty(batch.T + PAD_TOKENS, H, D, dtype=torch.bfloat16)
     impl.forward(batch.layer, batch.q, key, value, kv_cache, metadata, out16)
@@ -386,9 +396,7 @@ def test_uncalibrated_prob_scale_uses_the_default(vllm_config):
     """vLLM leaves _prob_scale at 1.0 when the checkpoint has none: the kernel's default is used instead;
     a calibrated one (≈1/448) is used as given."""
     batch = Batch(seed=4)
-    spec = FullAttentionSpec(block_size=BLOCK, num_kv_heads=HKV, head_size=D, dtype=torch.uint8)
-    builder = FP8AttnMetadataBuilder(spec, ["layers.0.self_attn.attn"], vllm_config, torch.device("cpu"))
-    impl = FP8AttnImpl(H, D, D**-0.5, HKV, None, None, "fp8")
+    builder, impl = fp8_builder(vllm_config), fp8_impl()
     kv_cache, key, value, metadata = run_step(batch, impl, builder, KVCacheLayout.LBNHC)
     out = torch.empty(batch.T + PAD_TOKENS, H, D, dtype=torch.bfloat16)
 
@@ -405,7 +413,7 @@ def test_uncalibrated_prob_scale_uses_the_default(vllm_config):
 @pytest.mark.parametrize("layout", [KVCacheLayout.LBNHC, KVCacheLayout.LBHNC], ids=lambda x: x.name)
 def test_cache_write_lands_every_token_at_its_slot(layout):
     batch = Batch(seed=5)
-    impl = FP8AttnImpl(H, D, D**-0.5, HKV, None, None, "fp8")
+    impl = fp8_impl()
     kv_cache = make_kv_cache(batch.num_blocks, layout)
     kv_cache.fill_(0x55)  # a sentinel byte (a valid FP8 value) that no write produces here by chance
     key, value, slot_mapping = batch.new_step()
@@ -429,7 +437,7 @@ def test_cache_write_lands_every_token_at_its_slot(layout):
 
 
 def test_profiling_run_without_metadata_zeroes_output():
-    impl = FP8AttnImpl(H, D, D**-0.5, HKV, None, None, "fp8")
+    impl = fp8_impl()
     layer = Batch().layer
     out = torch.full((5, H, D), 3.0, dtype=torch.bfloat16)
     kv = make_kv_cache(4, KVCacheLayout.LBNHC)
@@ -440,8 +448,7 @@ def test_profiling_run_without_metadata_zeroes_output():
 
 def test_builder_update_block_table_and_capture(vllm_config):
     batch = Batch(seed=6)
-    spec = FullAttentionSpec(block_size=BLOCK, num_kv_heads=HKV, head_size=D, dtype=torch.uint8)
-    builder = FP8AttnMetadataBuilder(spec, ["layers.0.self_attn.attn"], vllm_config, torch.device("cpu"))
+    spec, builder = fp8_spec(), fp8_builder(vllm_config)
     assert builder.get_cudagraph_support(vllm_config, spec) == AttentionCGSupport.UNIFORM_BATCH
     _, _, slot_mapping = batch.new_step()
     md = builder.build(0, batch.common_metadata(slot_mapping))
