@@ -9,8 +9,10 @@ throughput, then the end-to-end perplexity comparison on the embedded model when
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import statistics
+import subprocess
 import sys
 import time
 
@@ -96,13 +98,24 @@ def main(argv: list[str] | None = None) -> int:
           f"(rounding the exact output to FP8 alone: {r['fp8_rounding_floor']:.4f}); "
           f"{100 * r['identical_to_quantized_ref']:.2f}% of outputs bit-identical to the quantized fp64 reference")
     print(f"  throughput: {r['seconds'] * 1e3:.2f} ms, {r['tflops']:.3f} TFLOP/s, KV read {r['kv_gb_per_s']:.3g} GB/s")
-    results = {"attention": r}
+    results = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+               "torch": torch.__version__, "commit": _commit(), "attention": r}
     if not args.no_model:
         results["model"] = _model_comparison(device)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=2)
     return 0
+
+
+def _commit() -> str | None:
+    """The source tree's git commit, when run from a checkout."""
+    try:
+        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=5,
+                             cwd=__file__.rsplit("/", 2)[0])
+    except OSError:
+        return None
+    return out.stdout.strip() or None
 
 
 def _model_comparison(device: torch.device) -> dict | None:
