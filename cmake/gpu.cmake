@@ -8,12 +8,31 @@
 # put -gencode flags in CMAKE_CUDA_FLAGS. ROCm: see the rocm branch below (PYTORCH_ROCM_ARCH).
 
 if(FP8ATTN_GPU STREQUAL "cuda")
+  set(CMAKE_CUDA_STANDARD 17)
+  set(CMAKE_CUDA_STANDARD_REQUIRED ON)
+  # Exact IEEE division / exp2 / log: the kernels must match the CPU oracle (no fast math).
+  string(APPEND CMAKE_CUDA_FLAGS " -O3 -lineinfo")
+  if(CMAKE_CUDA_FLAGS MATCHES "-gencode")
+    set(FP8ATTN_CUDA_ARCHS_EFFECTIVE OFF)
+  elseif(DEFINED ENV{FP8ATTN_CUDA_ARCHS})
+    set(FP8ATTN_CUDA_ARCHS_EFFECTIVE $ENV{FP8ATTN_CUDA_ARCHS})
+  else()
+    set(FP8ATTN_CUDA_ARCHS_EFFECTIVE "89;90a")
+  endif()
+  message(STATUS "fp8attn: CUDA architectures ${FP8ATTN_CUDA_ARCHS_EFFECTIVE} (CMAKE_CUDA_FLAGS: ${CMAKE_CUDA_FLAGS})")
+  set(CMAKE_CUDA_ARCHITECTURES ${FP8ATTN_CUDA_ARCHS_EFFECTIVE})
   set(FP8ATTN_GEN_DIR ${CMAKE_BINARY_DIR}/gen)
   set(FP8ATTN_GENERATOR ${CMAKE_SOURCE_DIR}/csrc/kernels/generate.py)
   # Re-run the generator (at configure time) when it or a filter changes.
   set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${FP8ATTN_GENERATOR})
+  # The Hopper wgmma family only when sm_90a code is generated (its kernels are empty elsewhere).
+  if(CMAKE_CUDA_FLAGS MATCHES "sm_90a" OR FP8ATTN_CUDA_ARCHS_EFFECTIVE MATCHES "90a")
+    set(FP8ATTN_GEN_SM90A --sm90a)
+  else()
+    set(FP8ATTN_GEN_SM90A "")
+  endif()
   execute_process(
-    COMMAND ${Python_EXECUTABLE} ${FP8ATTN_GENERATOR} --out-dir ${FP8ATTN_GEN_DIR}
+    COMMAND ${Python_EXECUTABLE} ${FP8ATTN_GENERATOR} --out-dir ${FP8ATTN_GEN_DIR} ${FP8ATTN_GEN_SM90A}
     RESULT_VARIABLE FP8ATTN_GEN_RC)
   if(NOT FP8ATTN_GEN_RC EQUAL 0)
     message(FATAL_ERROR "csrc/kernels/generate.py failed")
@@ -30,19 +49,6 @@ if(FP8ATTN_GPU STREQUAL "cuda")
   set(FP8ATTN_GPU_INCLUDES ${CMAKE_SOURCE_DIR}/csrc)
   set(FP8ATTN_GPU_DEFINES FP8ATTN_WITH_CUDA=1)
 
-  set(CMAKE_CUDA_STANDARD 17)
-  set(CMAKE_CUDA_STANDARD_REQUIRED ON)
-  # Exact IEEE division / exp2 / log: the kernels must match the CPU oracle (no fast math).
-  string(APPEND CMAKE_CUDA_FLAGS " -O3 -lineinfo")
-  if(CMAKE_CUDA_FLAGS MATCHES "-gencode")
-    set(FP8ATTN_CUDA_ARCHS_EFFECTIVE OFF)
-  elseif(DEFINED ENV{FP8ATTN_CUDA_ARCHS})
-    set(FP8ATTN_CUDA_ARCHS_EFFECTIVE $ENV{FP8ATTN_CUDA_ARCHS})
-  else()
-    set(FP8ATTN_CUDA_ARCHS_EFFECTIVE "89;90a")
-  endif()
-  message(STATUS "fp8attn: CUDA architectures ${FP8ATTN_CUDA_ARCHS_EFFECTIVE} (CMAKE_CUDA_FLAGS: ${CMAKE_CUDA_FLAGS})")
-  set(CMAKE_CUDA_ARCHITECTURES ${FP8ATTN_CUDA_ARCHS_EFFECTIVE})
 elseif(FP8ATTN_GPU STREQUAL "rocm")
   # ---- ROCm: the same sources, hipified (PyTorch's hipify, cmake/hipify.py) into the build tree,
   # nothing .hip is written by hand. Targets: PYTORCH_ROCM_ARCH (";" or " " separated, default

@@ -8,12 +8,15 @@ FwdParams handled outside the KV loop, so they need no instances of their own.
 Build-time filters (comma lists; unset = all):
   FP8ATTN_HEAD_DIMS   e.g. "128" or "64,128"
   FP8ATTN_FP8_KINDS   "e4m3fn", "e4m3fnuz"
-  FP8ATTN_ARCHS       targets: sm89 selects the e4m3 mma.sync pipeline, sm80 / sm90 / sm90a the
-                      f16-widened pipeline (--gpu cuda); gfx942 / gfx950 the fp8 MFMA family
-                      "gfx9" (--gpu rocm: the fp8-operand pipeline with the atoms of
-                      arch/amd_mfma.h). Targets of the other platform are ignored.
+  FP8ATTN_ARCHS       targets: sm89 selects the e4m3 mma.sync pipeline, sm80 / sm90 the
+                      f16-widened pipeline, sm90a that and the Hopper wgmma pipeline (--gpu
+                      cuda); gfx942 / gfx950 the fp8 MFMA family "gfx9" (--gpu rocm: the
+                      fp8-operand pipeline with the atoms of arch/amd_mfma.h). Targets of the
+                      other platform are ignored.
+The wgmma family (sm90a: head dims 64 / 128 / 256, e4m3fn) is emitted only with --sm90a, which the
+build passes when it generates sm_90a code (the kernels are empty in any other device pass).
 
-Usage: generate.py --out-dir DIR [--gpu cuda|rocm]
+Usage: generate.py --out-dir DIR [--gpu cuda|rocm] [--sm90a]
   (writes DIR/*.cu and DIR/sources.txt; rewrites only changed files; the ROCm build hipifies them)
 """
 import argparse
@@ -23,11 +26,14 @@ import sys
 # atom family -> pipeline: sm89 = e4m3 mma.sync (native on sm_89); sm90 = FP8 widened to f16 in
 # shared memory + f16 mma.sync (faster on sm_90, where e4m3 mma.sync is emulated)
 # gfx9 = AMD gfx942 / gfx950: the same fp8-operand pipeline as sm89 (FP8 MFMA atoms).
-ARCHS = {"sm89": "NvPipe::kE4M3", "sm90": "NvPipe::kF16", "gfx9": "NvPipe::kE4M3"}
-GPU_FAMILIES = {"cuda": ["sm89", "sm90"], "rocm": ["gfx9"]}
-EXTRA_INCLUDES = {"sm90": ["kernels/fwd/pipeline_f16.h"]}  # NVIDIA-only pipelines
+# sm90a = the Hopper warp-specialized pipeline (FP8 wgmma), for the head dims / kinds it covers.
+ARCHS = {"sm89": "NvPipe::kE4M3", "sm90": "NvPipe::kF16", "sm90a": "NvPipe::kWgmma", "gfx9": "NvPipe::kE4M3"}
+GPU_FAMILIES = {"cuda": ["sm89", "sm90", "sm90a"], "rocm": ["gfx9"]}
+EXTRA_INCLUDES = {"sm90": ["kernels/fwd/pipeline_f16.h", "kernels/fwd/pipeline_decode.h"],  # NVIDIA-only
+                  "sm90a": ["kernels/fwd/kernel_wgmma.h"]}
 HEAD_DIMS = [64, 80, 96, 112, 128, 192, 256]
 FP8_KINDS = {"e4m3fn": "Fp8Kind::E4M3FN", "e4m3fnuz": "Fp8Kind::E4M3FNUZ"}
+COVERS = {"sm90a": ([64, 128, 256], ["e4m3fn"])}  # families that cover only some (head dim, kind)
 MASKS = {"nomask": "MaskKind::kNone", "band": "MaskKind::kBand"}
 
 
@@ -42,8 +48,8 @@ def _filter(env, allowed, conv=str):
     return [a for a in allowed if a in want]
 
 
-ARCH_ALIASES = {"sm80": "sm90", "sm86": "sm90", "sm89": "sm89", "sm90": "sm90", "sm90a": "sm90",
-                "gfx942": "gfx9", "gfx950": "gfx9"}
+ARCH_ALIASES = {"sm80": ["sm90"], "sm86": ["sm90"], "sm89": ["sm89"], "sm90": ["sm90"], "sm90a": ["sm90", "sm90a"],
+                "gfx942": ["gfx9"], "gfx950": ["gfx9"]}
 
 
 def _archs(gpu):
@@ -57,15 +63,19 @@ def _archs(gpu):
             continue  # a target of the other platform
         if a not in ARCH_ALIASES:
             sys.exit(f"generate.py: FP8ATTN_ARCHS has unknown value {a!r}; known: {sorted(ARCH_ALIASES)}")
-        if ARCH_ALIASES[a] not in fams:
-            fams.append(ARCH_ALIASES[a])
+        fams += [f for f in ARCH_ALIASES[a] if f not in fams]
     return fams
 
 
-def instances(gpu="cuda"):
+def instances(gpu="cuda", sm90a=False):
     for arch in _archs(gpu):
+        if arch == "sm90a" and not sm90a:
+            continue
+        dims, kinds = COVERS.get(arch, (HEAD_DIMS, list(FP8_KINDS)))
         for d in _filter("FP8ATTN_HEAD_DIMS", HEAD_DIMS, int):
             for kind in _filter("FP8ATTN_FP8_KINDS", FP8_KINDS):
+                if d not in dims or kind not in kinds:
+                    continue
                 for mask in MASKS:
                     yield arch, d, kind, mask
 
@@ -101,9 +111,10 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out-dir", required=True)
     ap.add_argument("--gpu", choices=sorted(GPU_FAMILIES), default="cuda")
+    ap.add_argument("--sm90a", action="store_true", help="the build generates sm_90a code: emit the wgmma family")
     args = ap.parse_args()
     os.makedirs(args.out_dir, exist_ok=True)
-    insts = list(instances(args.gpu))
+    insts = list(instances(args.gpu, args.sm90a))
     files = []
     for arch, d, kind, mask in insts:
         name = name_of(arch, d, kind, mask)

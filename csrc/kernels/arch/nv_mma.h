@@ -130,6 +130,21 @@ struct MmaFp8 {
 template <Fp8Kind K>
 struct PQuant {
   float inv_p_scale;
+  // Codes of sat(p[i] * inv_p_scale) packed little-endian (byte i = p[i]).
+  FP8ATTN_DEVICE uint32_t codes4(const float p[4]) const {
+#if FP8ATTN_NV_FP8_MMA
+    if constexpr (K == Fp8Kind::E4M3FN) {
+      uint16_t lo, hi;
+      asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;\n" : "=h"(lo) : "f"(p[1] * inv_p_scale), "f"(p[0] * inv_p_scale));
+      asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;\n" : "=h"(hi) : "f"(p[3] * inv_p_scale), "f"(p[2] * inv_p_scale));
+      return static_cast<uint32_t>(lo) | (static_cast<uint32_t>(hi) << 16);
+    } else
+#endif
+    {
+      float unused[4];
+      return fp8_quantize4<K>(p, inv_p_scale, unused);
+    }
+  }
   // Codes of sat(p[i] * inv_p_scale) packed little-endian; pq[i] = their values.
   FP8ATTN_DEVICE uint32_t quantize4(const float p[4], float pq[4]) const {
 #if FP8ATTN_NV_FP8_MMA
@@ -187,6 +202,14 @@ FP8ATTN_DEVICE void transpose4x4_bytes(const uint32_t in[4], uint32_t out[4]) {
   out[3] = __byte_perm(t01hi, t23hi, 0x7632);
 }
 
+
+// 2^x with MUFU.EX2 (ftz; within 2 ulp of exp2f, as the CPU's std::exp2 is within 1): p in [0, 1]
+// only feeds the FP8 quantizer, where a 2-ulp difference flips a code once in ~10^5 elements.
+FP8ATTN_DEVICE float exp2_approx(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
 
 // Lanes of one 32-lane group exchange values (NVIDIA: the whole warp).
 FP8ATTN_DEVICE float shfl_xor(float x, int mask) { return __shfl_xor_sync(0xffffffffu, x, mask); }

@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "decode_config.h"
 #include "policy.h"
 
 namespace fp8attn {
@@ -26,19 +27,30 @@ const FwdInstance* find_fwd_instance(NvPipe pipe, int32_t head_dim, Fp8Kind kind
   return nullptr;
 }
 
-NvPipe choose_pipe(int cc_major, int cc_minor) {
+const char* pipe_name(NvPipe pipe) {
+  switch (pipe) {
+    case NvPipe::kE4M3: return "e4m3";
+    case NvPipe::kF16: return "f16";
+    default: return "wgmma";
+  }
+}
+
+const FwdInstance* choose_fwd_instance(const FwdParams& p, int cc_major, int cc_minor) {
+  const MaskKind mask = mask_kind_of(p);
+  const auto find = [&](NvPipe pipe) { return find_fwd_instance(pipe, p.head_dim, p.fp8_kind, mask); };
   const char* e = std::getenv("FP8ATTN_NV_PIPELINE");
-  if (e && std::strcmp(e, "e4m3") == 0) return NvPipe::kE4M3;
-  if (e && std::strcmp(e, "f16") == 0) return NvPipe::kF16;
-  int n = 0;
-  const FwdInstance* all = fwd_instances(&n);
-  bool has[2] = {false, false};
-  for (int i = 0; i < n; ++i)
-    if (all[i].launch) has[static_cast<int>(all[i].pipe)] = true;
+  const bool hopper = cc_major == 9 && cc_minor == 0;
+  if (e && *e) {  // a preference: calls the forced pipeline does not cover take the default below
+    for (NvPipe pipe : {NvPipe::kE4M3, NvPipe::kF16, NvPipe::kWgmma})
+      if (std::strcmp(e, pipe_name(pipe)) == 0 && (pipe != NvPipe::kWgmma || hopper))
+        if (const FwdInstance* inst = find(pipe)) return inst;
+  }
+  const int64_t rows = static_cast<int64_t>(p.seqlen_q) * (p.num_heads / p.num_heads_k);
+  if (hopper && rows > 16)
+    if (const FwdInstance* inst = find(NvPipe::kWgmma)) return inst;
   const bool native_e4m3 = cc_major == 8 && cc_minor >= 9;
-  const NvPipe want = native_e4m3 ? NvPipe::kE4M3 : NvPipe::kF16;
-  if (has[static_cast<int>(want)]) return want;
-  return has[0] ? NvPipe::kE4M3 : NvPipe::kF16;
+  const FwdInstance* first = find(native_e4m3 ? NvPipe::kE4M3 : NvPipe::kF16);
+  return first ? first : find(native_e4m3 ? NvPipe::kF16 : NvPipe::kE4M3);
 }
 
 const char* fwd_unsupported_reason(const FwdParams& p) {
@@ -60,14 +72,22 @@ const char* fwd_unsupported_reason(const FwdParams& p) {
 
 int32_t choose_num_splits(const FwdParams& p, int32_t num_sm) {
   const int64_t group = p.num_heads / p.num_heads_k;
-  const int64_t m_blocks = (static_cast<int64_t>(p.seqlen_q) * group + 63) / 64;
+  const int64_t rows = static_cast<int64_t>(p.seqlen_q) * group;
+  const int64_t m_blocks = (rows + 63) / 64;
   const int64_t blocks = m_blocks * p.batch * p.num_heads_k;
   const int64_t tiles = (static_cast<int64_t>(p.seqlen_k) + kGpuKvTile - 1) / kGpuKvTile;
-  if (blocks <= 0 || num_sm <= 0 || blocks >= num_sm || tiles < 4) return 1;
-  // At most one wave of about three blocks per multiprocessor (what fits next to each other: a
-  // second, nearly empty wave would double the time), at least 2 tiles (128 keys) per split.
-  const int64_t want = (3 * num_sm) / blocks;
-  return static_cast<int32_t>(std::max<int64_t>(1, std::min<int64_t>({want, tiles / 2, 128})));
+  if (blocks <= 0 || num_sm <= 0 || tiles < 4) return 1;
+  // Decode-shaped calls (<= 16 rows per (batch, kv head): one block each) split to fill the waves
+  // of the decode kernel's resident blocks (decode_config.h).
+  if (rows <= 16)
+    return decode_num_splits(blocks, tiles, num_sm, DecodeDefault::kBlocksPerSm, kDecodeMinTilesPerSplit);
+  // Other calls only when they do not fill every multiprocessor: at most one wave of about three
+  // blocks per multiprocessor, at least 2 tiles (128 keys) per split; then the fewest splits with
+  // the same tiles per split (none left empty).
+  if (blocks >= num_sm) return 1;
+  const int64_t want = std::max<int64_t>(1, std::min<int64_t>({(3 * num_sm) / blocks, tiles / 2, 128}));
+  const int64_t per = (tiles + want - 1) / want;
+  return static_cast<int32_t>((tiles + per - 1) / per);
 }
 
 }  // namespace fp8attn

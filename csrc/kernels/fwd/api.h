@@ -15,9 +15,11 @@ constexpr int kGpuKvTile = kDefaultKvTile;
 
 using FwdLaunchFn = void (*)(const FwdParams&, cudaStream_t);
 
-// NVIDIA pipelines: e4m3 operands straight into mma.sync (native on sm_89), or widened to f16 in
-// shared memory (sm_90, where e4m3 mma.sync is lowered to f16 HMMAs plus operand conversions).
-enum class NvPipe : int32_t { kE4M3 = 0, kF16 = 1 };
+// NVIDIA pipelines: e4m3 operands straight into mma.sync (native on sm_89), widened to f16 in
+// shared memory (sm_90 portable: there an e4m3 mma.sync is lowered to f16 HMMAs plus operand
+// conversions), or the Hopper warp-specialized wgmma pipeline (sm_90a only).
+enum class NvPipe : int32_t { kE4M3 = 0, kF16 = 1, kWgmma = 2 };
+const char* pipe_name(NvPipe pipe);
 
 struct FwdInstance {
   const char* name;  // e.g. "fwd_sm90_hd128_e4m3fn_band"
@@ -32,9 +34,12 @@ struct FwdInstance {
 const FwdInstance* fwd_instances(int* count);
 const FwdInstance* find_fwd_instance(NvPipe pipe, int32_t head_dim, Fp8Kind kind, MaskKind mask);
 
-// The pipeline for a device of compute capability major.minor: FP8ATTN_NV_PIPELINE=e4m3|f16
-// overrides; else f16 on sm_90+ and e4m3 on sm_89, falling back to whichever is built.
-NvPipe choose_pipe(int cc_major, int cc_minor);
+// The instance for a call on a device of compute capability major.minor, or nullptr when this build
+// has none. FP8ATTN_NV_PIPELINE=e4m3|f16|wgmma prefers a pipeline where it has an instance; else wgmma on sm_90 where built
+// for the call (head dims 64/128/256, e4m3fn) unless it is decode-shaped (at most 16 packed rows
+// per (batch, kv head): a 128-row block would idle), then e4m3 on sm_89 and f16 elsewhere, falling
+// back to whichever portable pipeline is built.
+const FwdInstance* choose_fwd_instance(const FwdParams& p, int cc_major, int cc_minor);
 
 // The mask kind a call needs.
 inline MaskKind mask_kind_of(const FwdParams& p) {

@@ -18,25 +18,21 @@
 
 namespace fp8attn {
 
-template <class Problem, class Policy, class Pipe>
-__global__ void __launch_bounds__(Policy::kThreads) fwd_kernel(const __grid_constant__ FwdParams p) {
-  using Tile = typename Policy::Tile;
-  constexpr int kR = Tile::kRows;
-  extern __shared__ __align__(128) uint8_t smem[];
-  const int warp = threadIdx.x / Tile::kWarpSize, lane = threadIdx.x % Tile::kWarpSize;
-
-  BlockCtx c;
+// The BlockCtx of work item (x, split) (sequence, rows, mask, KV tile range of its split); false
+// when it has no rows (the grid covers the longest sequence).
+template <class Problem, class Policy>
+FP8ATTN_DEVICE bool make_block(const FwdParams& p, int32_t x, int32_t split, BlockCtx& c) {
   c.group = p.num_heads / p.num_heads_k;
   const int32_t m_blocks = (p.seqlen_q * c.group + Policy::kBlockM - 1) / Policy::kBlockM;
   const int32_t n_bh = p.batch * p.num_heads_k;
-  const int32_t bh = Problem::kHasMask ? blockIdx.x % n_bh : blockIdx.x / m_blocks;
-  const int32_t mb = Problem::kHasMask ? blockIdx.x / n_bh : blockIdx.x % m_blocks;
+  const int32_t bh = Problem::kHasMask ? x % n_bh : x / m_blocks;
+  const int32_t mb = Problem::kHasMask ? x / n_bh : x % m_blocks;
   c.b = bh / p.num_heads_k;
   c.hkv = bh % p.num_heads_k;
   c.seq = SeqInfo::make(p, c.b);
   c.rows = c.seq.q_len * c.group;
   c.m0 = (m_blocks - 1 - mb) * Policy::kBlockM;
-  if (c.m0 >= c.rows) return;
+  if (c.m0 >= c.rows) return false;
   c.qrow0 = c.m0 / c.group;
   c.qrow1 = (min(c.m0 + Policy::kBlockM, c.rows) - 1) / c.group + 1;
   c.mask = Mask::make(p.window_left, p.window_right, p.is_causal, c.seq.q_len, c.seq.k_len);
@@ -44,55 +40,70 @@ __global__ void __launch_bounds__(Policy::kThreads) fwd_kernel(const __grid_cons
   if (Problem::kHasMask) c.mask.key_range(c.qrow0, c.qrow1, &kb, &ke);
   const int32_t t_lo = kb / Policy::kBlockN, t_hi = ke > kb ? (ke + Policy::kBlockN - 1) / Policy::kBlockN : t_lo;
   const int32_t per = (t_hi - t_lo + p.num_splits - 1) / p.num_splits;
-  c.tile_begin = min(t_hi, t_lo + static_cast<int32_t>(blockIdx.y) * per);
+  c.split = split;
+  c.tile_begin = min(t_hi, t_lo + split * per);
   c.tile_end = min(t_hi, c.tile_begin + per);
+  return true;
+}
 
-  // The thread's rows, their heads and logits transforms (scales are per q head / kv head). The
-  // atom's products may come out scaled by a power of two (Tile::kInvProductScale undoes it,
-  // exactly: see arch/amd_mfma.h); it is folded into the QK scale here and the O scale below.
-  const float k_descale = p.k_descale ? p.k_descale[c.hkv * p.k_descale_head_stride] : 1.f;
+// The rows one thread owns (lane of row-owning warp `warp`), their heads and logits transforms
+// (scales are per q head / kv head). The atom's products may come out scaled by a power of two
+// (Tile::kInvProductScale undoes it, exactly: see arch/amd_mfma.h); it is folded into the QK scale
+// here and into the O scale by store_rows.
+template <class Tile>
+struct ThreadRows {
+  static constexpr int kR = Tile::kRows;
   int32_t mrow[kR], qrow[kR], head[kR];
   LogitsTransform logits[kR];
+
+  FP8ATTN_DEVICE void init(const FwdParams& p, const BlockCtx& c, int warp, int lane) {
+    const float k_descale = p.k_descale ? p.k_descale[c.hkv * p.k_descale_head_stride] : 1.f;
 #pragma unroll
-  for (int ri = 0; ri < kR; ++ri) {
-    mrow[ri] = c.m0 + warp * Tile::kRowsPerWarp + Tile::row_in_warp(lane, ri);
-    const int32_t mr = min(mrow[ri], c.rows - 1);
-    qrow[ri] = mr / c.group;
-    head[ri] = c.hkv * c.group + mr % c.group;
-    const float q_descale = p.q_descale ? p.q_descale[head[ri] * p.q_descale_head_stride] : 1.f;
-    logits[ri] = LogitsTransform::make(p.softmax_scale, q_descale * k_descale * Tile::kInvProductScale, p.softcap);
+    for (int ri = 0; ri < kR; ++ri) {
+      mrow[ri] = c.m0 + warp * Tile::kRowsPerWarp + Tile::row_in_warp(lane, ri);
+      const int32_t mr = min(mrow[ri], c.rows - 1);
+      qrow[ri] = mr / c.group;
+      head[ri] = c.hkv * c.group + mr % c.group;
+      const float q_descale = p.q_descale ? p.q_descale[head[ri] * p.q_descale_head_stride] : 1.f;
+      logits[ri] = LogitsTransform::make(p.softmax_scale, q_descale * k_descale * Tile::kInvProductScale, p.softcap);
+    }
   }
-  const float p_scale = p.p_scale_ptr ? *p.p_scale_ptr : p.p_scale_default;
-  const typename Policy::PQuant pq{1.f / p_scale};
+};
 
-  Pipe::load_q(p, c, smem);
-  Pipe::prepare(smem);
+FP8ATTN_DEVICE float p_scale_of(const FwdParams& p) { return p.p_scale_ptr ? *p.p_scale_ptr : p.p_scale_default; }
 
-  FwdState<Policy> st;
+template <class Policy>
+FP8ATTN_DEVICE void init_state(FwdState<Policy>& st) {
 #pragma unroll
   for (int n = 0; n < Policy::kNTilesO; ++n) st.acc[n][0] = st.acc[n][1] = st.acc[n][2] = st.acc[n][3] = 0.f;
 #pragma unroll
-  for (int ri = 0; ri < kR; ++ri) {
+  for (int ri = 0; ri < Policy::Tile::kRows; ++ri) {
     st.m[ri] = -INFINITY;
     st.l[ri] = 0.f;
   }
-  Pipe::run(p, c, qrow, logits, pq, smem, st);  // its first barrier publishes Q and the K pad
+}
 
-  // ---- epilogue
+// The Epilogue call of every pipeline: the thread's rows of O (and lse) to out, or to the split
+// workspace when the KV range is split.
+template <class Problem, class Policy>
+FP8ATTN_DEVICE void store_rows(const FwdParams& p, const BlockCtx& c, const ThreadRows<typename Policy::Tile>& tr,
+                               const FwdState<Policy>& st, int lane) {
+  using Tile = typename Policy::Tile;
+  const float p_scale = p_scale_of(p);
   const float v_descale = p.v_descale ? p.v_descale[c.hkv * p.v_descale_head_stride] : 1.f;
   const OutputTransform<Problem::kFp8> ot = OutputTransform<Problem::kFp8>::make(p);
   const bool split = p.num_splits > 1;
   // The O tile may cover columns past D (the AMD tile's 32-wide d blocks): those are not stored.
   constexpr bool kPadCols = Tile::o_cols(Problem::kHeadDim) != Problem::kHeadDim;
 #pragma unroll
-  for (int ri = 0; ri < kR; ++ri) {
+  for (int ri = 0; ri < Tile::kRows; ++ri) {
     const float l = Tile::row_sum(st.l[ri]);
-    if (mrow[ri] >= c.rows) continue;
+    if (tr.mrow[ri] >= c.rows) continue;
     const bool empty = st.m[ri] == -INFINITY;
     const float o_scale = empty ? 0.f : v_descale * Tile::kInvProductScale / l;
     const float lse = empty ? -INFINITY : lse_of(st.m[ri], l, p_scale);
     if (!split) {
-      const int64_t off = out_offset(p, c.b, qrow[ri], head[ri]);
+      const int64_t off = out_offset(p, c.b, tr.qrow[ri], tr.head[ri]);
       // One loop per output type, each small enough to unroll completely, so that the accumulator
       // stays in registers (a type switch inside the loop does not unroll at D = 256: scratch).
       const auto store_row = [&](auto type) {
@@ -112,11 +123,11 @@ __global__ void __launch_bounds__(Policy::kThreads) fwd_kernel(const __grid_cons
         default: store_row(std::integral_constant<ElemType, ElemType::FP8>{});
       }
       if (p.lse && Tile::row_leader(lane))
-        p.lse[c.seq.lse_offset + static_cast<int64_t>(head[ri]) * p.lse_head_stride +
-              static_cast<int64_t>(qrow[ri]) * p.lse_row_stride] = lse;
+        p.lse[c.seq.lse_offset + static_cast<int64_t>(tr.head[ri]) * p.lse_head_stride +
+              static_cast<int64_t>(tr.qrow[ri]) * p.lse_row_stride] = lse;
     } else {
-      const int64_t row = (static_cast<int64_t>(blockIdx.y) * flat_rows(p) + flat_row(p, c.b, qrow[ri])) * p.num_heads +
-                          head[ri];
+      const int64_t row =
+          (static_cast<int64_t>(c.split) * flat_rows(p) + flat_row(p, c.b, tr.qrow[ri])) * p.num_heads + tr.head[ri];
       float* o = p.o_accum + row * p.head_dim;
 #pragma unroll
       for (int n = 0; n < Policy::kNTilesO; ++n) {
@@ -132,10 +143,46 @@ __global__ void __launch_bounds__(Policy::kThreads) fwd_kernel(const __grid_cons
   }
 }
 
+template <class Problem, class Policy, class Pipe>
+__global__ void __launch_bounds__(Policy::kThreads) fwd_kernel(const __grid_constant__ FwdParams p) {
+  using Tile = typename Policy::Tile;
+  extern __shared__ __align__(128) uint8_t smem[];
+  const int warp = threadIdx.x / Tile::kWarpSize, lane = threadIdx.x % Tile::kWarpSize;
+  BlockCtx c;
+  if (!make_block<Problem, Policy>(p, blockIdx.x, blockIdx.y, c)) return;
+  ThreadRows<Tile> tr;
+  tr.init(p, c, warp, lane);
+  const typename Policy::PQuant pq{1.f / p_scale_of(p)};
+
+  Pipe::load_q(p, c, smem);
+  Pipe::prepare(smem);
+  FwdState<Policy> st;
+  init_state(st);
+  Pipe::run(p, c, tr.qrow, tr.logits, pq, smem, st);  // its first barrier publishes Q and the K pad
+  store_rows<Problem, Policy>(p, c, tr, st, lane);
+}
+
+// Programmatic Dependent Launch (sm_90+; no-ops elsewhere): launch_dependents lets the grid
+// launched next with the programmatic-serialization attribute start before this one ends (its
+// blocks become resident and wait); pdl_wait waits for the preceding grid to complete with its
+// memory visible (returns at once when the grid was launched without the attribute).
+FP8ATTN_DEVICE void pdl_launch_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+FP8ATTN_DEVICE void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+
 // Flash-decoding combine: one block of kCombineLanes threads per (query row, head) merges the
-// splits' normalized partial outputs with weights exp(lse_s - max lse) (computed once, in shared
-// memory), then applies the output transform and writes lse. Threads run over d, so the partial
-// outputs are read coalesced and every load of the sum over splits is independent.
+// splits' normalized partial outputs with weights exp(lse_s - max lse) (warp 0 computes them once,
+// into shared memory), then applies the output transform and writes lse. Thread (group s0, float4
+// column j) sums column j over splits s0, s0 + G, ... (G = kCombineLanes / (D/4) groups): the
+// partial outputs are read coalesced, several loads in flight per thread; the groups' sums are then
+// added in group order (deterministic).
 constexpr int kCombineWarps = 1;    // (row, head) items per block
 constexpr int kCombineLanes = 128;  // threads per item
 constexpr int kMaxSplits = 128;     // choose_num_splits and the entry point keep num_splits <= this
@@ -144,6 +191,7 @@ template <Fp8Kind K>
 __global__ void __launch_bounds__(kCombineLanes * kCombineWarps) fwd_combine_kernel(const __grid_constant__ FwdParams p) {
   __shared__ float w[kMaxSplits];
   __shared__ float stat[2];
+  __shared__ float4 part[kCombineLanes];
   const int tid = threadIdx.x;
   const int32_t b = blockIdx.y;
   const int64_t idx = blockIdx.x;
@@ -153,29 +201,62 @@ __global__ void __launch_bounds__(kCombineLanes * kCombineWarps) fwd_combine_ker
   const int64_t split_stride = flat_rows(p) * p.num_heads;
   const int64_t row0 = flat_row(p, b, qrow) * p.num_heads + h;
   const int S = p.num_splits < kMaxSplits ? p.num_splits : kMaxSplits;
+  pdl_wait();  // the forward grid's lse_accum / o_accum (when launched as its programmatic dependent)
 
-  for (int s = tid; s < S; s += kCombineLanes) w[s] = p.lse_accum[s * split_stride + row0];
-  __syncthreads();
-  if (tid == 0) {
+  if (tid < 32) {
     float mx = -INFINITY, sum = 0.f;
-    for (int s = 0; s < S; ++s) mx = fmaxf(mx, w[s]);
-    if (mx != -INFINITY)
-      for (int s = 0; s < S; ++s) sum += expf(w[s] - mx);
-    stat[0] = mx;
-    stat[1] = sum;
+    for (int s = tid; s < S; s += 32) {
+      w[s] = p.lse_accum[s * split_stride + row0];
+      mx = fmaxf(mx, w[s]);
+    }
+#pragma unroll
+    for (int x = 1; x < 32; x *= 2) mx = fmaxf(mx, lane_xor(mx, x));
+    for (int s = tid; s < S; s += 32) {
+      w[s] = (mx == -INFINITY || w[s] == -INFINITY) ? 0.f : expf(w[s] - mx);
+      sum += w[s];
+    }
+#pragma unroll
+    for (int x = 1; x < 32; x *= 2) sum += lane_xor(sum, x);
+    if (tid == 0) {
+      stat[0] = mx;
+      stat[1] = sum;
+    }
   }
   __syncthreads();
   const float mx = stat[0], wsum = stat[1];
-  for (int s = tid; s < S; s += kCombineLanes) w[s] = (mx == -INFINITY || w[s] == -INFINITY) ? 0.f : expf(w[s] - mx);
-  __syncthreads();
 
-  const OutputTransform<K> ot = OutputTransform<K>::make(p);
-  const int64_t off = out_offset(p, b, qrow, h);
-  const float inv_wsum = mx == -INFINITY ? 0.f : 1.f / wsum;
-  for (int d = tid; d < p.head_dim; d += kCombineLanes) {
-    float o = 0.f;
-    for (int s = 0; s < S; ++s) o += w[s] * p.o_accum[(s * split_stride + row0) * p.head_dim + d];
-    ot.store(p.out, off + d, o * inv_wsum);
+  const int cols = p.head_dim / 4, groups = kCombineLanes / cols;  // head_dim: a multiple of 16, <= 256
+  const int j = tid % cols, s0 = tid / cols;
+  float4 o = make_float4(0.f, 0.f, 0.f, 0.f);
+  if (s0 < groups) {
+    const float4* src = reinterpret_cast<const float4*>(p.o_accum + row0 * p.head_dim) + j;
+    const int64_t step = split_stride * p.head_dim / 4;
+#pragma unroll 4
+    for (int s = s0; s < S; s += groups) {
+      const float4 v = src[s * step];
+      o.x += w[s] * v.x;
+      o.y += w[s] * v.y;
+      o.z += w[s] * v.z;
+      o.w += w[s] * v.w;
+    }
+  }
+  part[tid] = o;
+  __syncthreads();
+  if (tid < cols) {
+    for (int gi = 1; gi < groups; ++gi) {
+      const float4 v = part[gi * cols + tid];
+      o.x += v.x;
+      o.y += v.y;
+      o.z += v.z;
+      o.w += v.w;
+    }
+    const OutputTransform<K> ot = OutputTransform<K>::make(p);
+    const int64_t off = out_offset(p, b, qrow, h) + 4 * tid;
+    const float inv_wsum = mx == -INFINITY ? 0.f : 1.f / wsum;
+    ot.store(p.out, off, o.x * inv_wsum);
+    ot.store(p.out, off + 1, o.y * inv_wsum);
+    ot.store(p.out, off + 2, o.z * inv_wsum);
+    ot.store(p.out, off + 3, o.w * inv_wsum);
   }
   if (p.lse && tid == 0)
     p.lse[seq.lse_offset + static_cast<int64_t>(h) * p.lse_head_stride + static_cast<int64_t>(qrow) * p.lse_row_stride] =

@@ -2,6 +2,9 @@
 #pragma once
 #include <cuda_runtime.h>
 
+#include <algorithm>
+#include <type_traits>
+
 #include "api.h"
 #include "kernel.h"
 #include "policy.h"
@@ -14,21 +17,36 @@ template <class Problem, int kWarps_>
 struct FwdPolicyNvF16;
 template <class Problem, class Policy>
 struct FwdPipelineNvF16;
+// The decode path (pipeline_decode.h, included by pipeline_f16.h).
+template <class Problem>
+void launch_fwd_decode(const FwdParams& p, cudaStream_t stream);
+// The Hopper warp-specialized kernel (kernel_wgmma.h), included by the sm90a instance files only.
+template <class Problem>
+void launch_fwd_wgmma(const FwdParams& p, cudaStream_t stream);
 
-// One (Problem, Policy, Pipeline) combination.
-template <class Problem, class Policy, class Pipe>
-void launch_with(const FwdParams& p, cudaStream_t stream) {
-  auto* kern = &fwd_kernel<Problem, Policy, Pipe>;
-  // Once per instance and process (not a stream operation: fine during graph capture).
+// Policy::kPersistent (optional): the kernel loops over work items on at most one block per SM.
+template <class P, class = void>
+struct IsPersistent : std::false_type {};
+template <class P>
+struct IsPersistent<P, std::void_t<decltype(P::kPersistent)>> : std::bool_constant<P::kPersistent> {};
+
+// One kernel of a (Problem, Policy): the forward grid, then the combine kernel when split.
+template <class Problem, class Policy, auto kKernel>
+void launch_kernel(const FwdParams& p, cudaStream_t stream) {
+  // Once per kernel and process (not a stream operation: fine during graph capture).
   static const cudaError_t attr_err =
-      cudaFuncSetAttribute(reinterpret_cast<const void*>(kern), cudaFuncAttributeMaxDynamicSharedMemorySize,
+      cudaFuncSetAttribute(reinterpret_cast<const void*>(kKernel), cudaFuncAttributeMaxDynamicSharedMemorySize,
                            Policy::kSmemBytes);
   (void)attr_err;
   const int64_t group = p.num_heads / p.num_heads_k;
   const int64_t m_blocks = (static_cast<int64_t>(p.seqlen_q) * group + Policy::kBlockM - 1) / Policy::kBlockM;
   const int64_t nx = m_blocks * p.batch * p.num_heads_k;
   if (nx == 0) return;
-  kern<<<dim3(static_cast<unsigned>(nx), p.num_splits), Policy::kThreads, Policy::kSmemBytes, stream>>>(p);
+  // Persistent kernels loop over the (x, split) work items: one block per multiprocessor at most.
+  const dim3 grid = IsPersistent<Policy>::value
+                        ? dim3(static_cast<unsigned>(std::min<int64_t>(nx * p.num_splits, std::max(p.num_sm, 1))))
+                        : dim3(static_cast<unsigned>(nx), p.num_splits);
+  kKernel<<<grid, Policy::kThreads, Policy::kSmemBytes, stream>>>(p);
   if (p.num_splits > 1) {
     const int64_t items = static_cast<int64_t>(p.seqlen_q) * p.num_heads;
     const dim3 grid(static_cast<unsigned>((items + kCombineWarps - 1) / kCombineWarps), p.batch);
@@ -36,22 +54,31 @@ void launch_with(const FwdParams& p, cudaStream_t stream) {
   }
 }
 
+// One (Problem, Policy, Pipeline) combination of the portable kernel.
+template <class Problem, class Policy, class Pipe>
+void launch_with(const FwdParams& p, cudaStream_t stream) {
+  launch_kernel<Problem, Policy, &fwd_kernel<Problem, Policy, Pipe>>(p, stream);
+}
+
 // The instance entry point: picks the policy for the call's shape.
 //   kE4M3: fp8 operands straight into the atom of this compiler's family (policy.h): e4m3
 //          mma.sync on NVIDIA (native on sm_89), FP8 MFMA on AMD gfx942 / gfx950.
+//   kWgmma: the Hopper warp-specialized wgmma pipeline (sm_90a; kernel_wgmma.h).
 //   kF16:  operands widened to f16 in shared memory (sm_90), 4 warps x 16 rows; when a (batch,
-//          kv head) has at most 16 packed rows (decode: q_len * H/H_kv <= 16) one warp per block,
-//          so that no MMA rows are wasted and 4x more blocks stream the KV cache.
+//          kv head) has at most 16 packed rows (decode: q_len * H/H_kv <= 16) the decode pipeline
+//          (pipeline_decode.h: rows on the n8 side of the MMA, one n8 tile per 8 rows, FP8 K/V
+//          ring widened in registers).
 template <class Problem, NvPipe kPipe>
 void launch_fwd(const FwdParams& p, cudaStream_t stream) {
-  if constexpr (kPipe == NvPipe::kE4M3) {
+  if constexpr (kPipe == NvPipe::kWgmma) {
+    launch_fwd_wgmma<Problem>(p, stream);
+  } else if constexpr (kPipe == NvPipe::kE4M3) {
     using Policy = FwdPolicyFp8<Problem>;
     launch_with<Problem, Policy, FwdPipeline<Problem, Policy>>(p, stream);
   } else {
     const int64_t rows = static_cast<int64_t>(p.seqlen_q) * (p.num_heads / p.num_heads_k);
     if (rows <= 16) {
-      using Policy = FwdPolicyNvF16<Problem, 1>;
-      launch_with<Problem, Policy, FwdPipelineNvF16<Problem, Policy>>(p, stream);
+      launch_fwd_decode<Problem>(p, stream);
     } else {
       using Policy = FwdPolicyNvF16<Problem, 4>;
       launch_with<Problem, Policy, FwdPipelineNvF16<Problem, Policy>>(p, stream);

@@ -46,6 +46,7 @@ struct BlockCtx {
   int32_t rows;               // packed rows of this (b, hkv): q_len * group
   int32_t m0;                 // first packed row of the block
   int32_t qrow0, qrow1;       // query rows the block touches [qrow0, qrow1)
+  int32_t split;                 // KV split index (0 when not split)
   int32_t tile_begin, tile_end;  // KV tiles this block (split) processes
 };
 

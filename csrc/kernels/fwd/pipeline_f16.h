@@ -22,13 +22,6 @@
 namespace fp8attn {
 
 namespace nv {
-// 2^x with MUFU.EX2 (ftz; within 2 ulp of exp2f, as the CPU's std::exp2 is within 1): p in [0, 1]
-// only feeds the FP8 quantizer, where a 2-ulp difference flips a code once in ~10^5 elements.
-FP8ATTN_DEVICE float exp2_approx(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-  return y;
-}
 constexpr uint32_t kOnesF16x2 = 0x3c003c00u;  // (1.0, 1.0): B operand that sums P rows into l
 
 // Warp tile of two m16 row tiles (32 rows per warp): lane (g, t) owns rows g + 8*ri, ri = 0..3;

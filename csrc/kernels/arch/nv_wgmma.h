@@ -1,0 +1,181 @@
+// Hopper (sm_90a) atoms of the warp-specialized pipeline (fwd/pipeline_wgmma.h): warpgroup FP8
+// MMAs (wgmma, QGMMA in SASS), shared-memory matrix descriptors and their swizzled layouts,
+// mbarriers, the generic -> async proxy fence, named barriers and register reallocation.
+// Hand-written PTX rather than CuTe: the pipeline needs four wgmma shapes and one descriptor
+// form, which is less code than the CuTe layout algebra and keeps the build free of CUTLASS.
+//
+// wgmma shapes used (fp8 operands must be K-major in shared memory; A may come from registers):
+//   m64n64k32  SS  S(64 rows x 64 keys) += Q(64 x 32 of d) . K(64 keys x 32 of d)^T
+//   m64nDk32   RS  O(64 rows x D)       += P(64 x 32 keys, registers) . Vt(D x 32 keys)^T
+//   m64n8k32   RS  L(64 rows x 8)       += P . ones: the row sums of P8 (l) on the tensor cores
+// Accumulator of warp w of the warpgroup, lane (g, t): d[4j + i] = row 16w + g + 8(i >> 1),
+// column 8j + 2t + (i & 1) -- the m16n8 fragment layout of mma.sync repeated over n8 blocks, so
+// the kernel's Sm89Tile row / column mapping and epilogue apply unchanged.
+// A fragment (registers) of m64k32 fp8 for lane (g, t): a[0] = A[g][4t..4t+3], a[1] = A[g+8][4t..],
+// a[2] = A[g][16+4t..], a[3] = A[g+8][16+4t..] (as mma.sync m16n8k32).
+#pragma once
+#include <cstdint>
+
+#include "nv_mma.h"
+
+// wgmma and setmaxnreg exist only in the sm_90a feature set; other device passes (e.g. sm_89 of a
+// multi-arch build) compile the kernel with an empty body, and the host never launches it there.
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define FP8ATTN_NV_WGMMA 1
+#else
+#define FP8ATTN_NV_WGMMA 0
+#endif
+
+namespace fp8attn {
+namespace nv {
+
+// ---- swizzled K-major tiles ----------------------------------------------------------------
+// A [rows][cols] byte tile whose rows are split into column blocks of kSw bytes (kSw = 64 or 128,
+// the descriptor's swizzle width). Each column block is a dense [rows][kSw] array in which the
+// 16-byte chunk c of row r is stored at chunk c ^ ((r % 8) >> (3 - log2(kSw / 16))): the
+// hardware's 64B / 128B swizzle, which makes the 8 rows of a core matrix hit distinct banks.
+template <int kSw>
+struct SwizzledTile {
+  static_assert(kSw == 64 || kSw == 128, "swizzle width");
+  static constexpr int kShift = kSw == 128 ? 0 : 1;
+  // Byte offset of byte `col` (a multiple of 16 for whole chunks) of row `row` in a tile of `rows` rows.
+  FP8ATTN_HD static constexpr int offset(int rows, int row, int col) {
+    return (col / kSw) * rows * kSw + row * kSw + ((((col % kSw) >> 4) ^ ((row & 7) >> kShift)) << 4) + (col & 15);
+  }
+  // wgmma descriptor of the k32 step starting at byte column `col` of row `row0` (row0 % 8 == 0):
+  // start address, LBO (unused for swizzled K-major), SBO = one 8-row core-matrix group, swizzle mode.
+  FP8ATTN_DEVICE static uint64_t desc(const uint8_t* tile, int rows, int row0, int col) {
+    const uint32_t addr = smem_addr(tile + (col / kSw) * rows * kSw + row0 * kSw + (col % kSw));
+    constexpr uint64_t kMode = kSw == 128 ? 1 : 2;
+    return static_cast<uint64_t>((addr & 0x3ffff) >> 4) | (uint64_t{1} << 16) |
+           (static_cast<uint64_t>((8 * kSw) >> 4) << 32) | (kMode << 62);
+  }
+};
+
+// ---- synchronization -----------------------------------------------------------------------
+FP8ATTN_DEVICE void mbar_init(uint64_t* bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(count) : "memory");
+}
+FP8ATTN_DEVICE void mbar_arrive(uint64_t* bar) {
+  asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.shared::cta.b64 st, [%0];\n}\n" ::"r"(smem_addr(bar)) : "memory");
+}
+// Blocks until the phase with the given parity has completed.
+FP8ATTN_DEVICE void mbar_wait(uint64_t* bar, uint32_t parity) {
+  asm volatile(
+      "{\n.reg .pred done;\nWAIT:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra WAIT;\n}\n" ::"r"(smem_addr(bar)),
+      "r"(parity)
+      : "memory");
+}
+// Makes this thread's generic-proxy shared-memory writes (st.shared, cp.async) visible to the
+// async proxy (wgmma operand reads).
+FP8ATTN_DEVICE void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+FP8ATTN_DEVICE void named_barrier_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
+#if FP8ATTN_NV_WGMMA
+template <int kRegs>
+FP8ATTN_DEVICE void regs_dealloc() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegs));
+}
+template <int kRegs>
+FP8ATTN_DEVICE void regs_alloc() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegs));
+}
+
+// ---- warpgroup MMA ------------------------------------------------------------------------
+FP8ATTN_DEVICE void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+FP8ATTN_DEVICE void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int kPending>
+FP8ATTN_DEVICE void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kPending) : "memory");
+}
+
+// Operand lists: "%0, ..., %(N-1)" and the matching "+f" accumulator constraints.
+#define FP8ATTN_R10(p) "%" #p "0, %" #p "1, %" #p "2, %" #p "3, %" #p "4, %" #p "5, %" #p "6, %" #p "7, %" #p "8, %" #p "9"
+#define FP8ATTN_R0_9 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9"
+#define FP8ATTN_REGS32 FP8ATTN_R0_9 ", " FP8ATTN_R10(1) ", " FP8ATTN_R10(2) ", %30, %31"
+#define FP8ATTN_REGS64 \
+  FP8ATTN_R0_9 ", " FP8ATTN_R10(1) ", " FP8ATTN_R10(2) ", " FP8ATTN_R10(3) ", " FP8ATTN_R10(4) ", " FP8ATTN_R10(5) ", %60, %61, %62, %63"
+#define FP8ATTN_REGS128                                                                                               \
+  FP8ATTN_R0_9 ", " FP8ATTN_R10(1) ", " FP8ATTN_R10(2) ", " FP8ATTN_R10(3) ", " FP8ATTN_R10(4) ", " FP8ATTN_R10(5) \
+               ", " FP8ATTN_R10(6) ", " FP8ATTN_R10(7) ", " FP8ATTN_R10(8) ", " FP8ATTN_R10(9) ", " FP8ATTN_R10(10) \
+               ", " FP8ATTN_R10(11) ", %120, %121, %122, %123, %124, %125, %126, %127"
+#define FP8ATTN_F8(d, i)                                                                                    \
+  "+f"(d[(i) + 0]), "+f"(d[(i) + 1]), "+f"(d[(i) + 2]), "+f"(d[(i) + 3]), "+f"(d[(i) + 4]), "+f"(d[(i) + 5]), \
+      "+f"(d[(i) + 6]), "+f"(d[(i) + 7])
+#define FP8ATTN_F32(d, i) FP8ATTN_F8(d, i), FP8ATTN_F8(d, (i) + 8), FP8ATTN_F8(d, (i) + 16), FP8ATTN_F8(d, (i) + 24)
+#define FP8ATTN_F64(d, i) FP8ATTN_F32(d, i), FP8ATTN_F32(d, (i) + 32)
+#define FP8ATTN_F128(d) FP8ATTN_F64(d, 0), FP8ATTN_F64(d, 64)
+
+// d(64 x N) (+)= A(64 x 32) . B(N x 32)^T, e4m3 operands, fp32 accumulators; accumulate = 0 overwrites d.
+template <int N>
+struct Wgmma;
+
+template <>
+struct Wgmma<8> {
+  FP8ATTN_DEVICE static void rs(float (&d)[4], const uint32_t a[4], uint64_t b, int accumulate) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %9, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n8k32.f32.e4m3.e4m3 {%0, %1, %2, %3}, {%4, %5, %6, %7}, %8, p, 1, 1;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(accumulate));
+  }
+};
+
+template <>
+struct Wgmma<64> {
+  FP8ATTN_DEVICE static void ss(float (&d)[32], uint64_t a, uint64_t b, int accumulate) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 {" FP8ATTN_REGS32 "}, %32, %33, p, 1, 1;\n}\n"
+        : FP8ATTN_F32(d, 0)
+        : "l"(a), "l"(b), "r"(accumulate));
+  }
+  FP8ATTN_DEVICE static void rs(float (&d)[32], const uint32_t a[4], uint64_t b, int accumulate) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 {" FP8ATTN_REGS32 "}, {%32, %33, %34, %35}, %36, p, 1, 1;\n}\n"
+        : FP8ATTN_F32(d, 0)
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(accumulate));
+  }
+};
+
+template <>
+struct Wgmma<128> {
+  FP8ATTN_DEVICE static void rs(float (&d)[64], const uint32_t a[4], uint64_t b, int accumulate) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 {" FP8ATTN_REGS64 "}, {%64, %65, %66, %67}, %68, p, 1, 1;\n}\n"
+        : FP8ATTN_F64(d, 0)
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(accumulate));
+  }
+};
+
+template <>
+struct Wgmma<256> {
+  FP8ATTN_DEVICE static void rs(float (&d)[128], const uint32_t a[4], uint64_t b, int accumulate) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %133, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n256k32.f32.e4m3.e4m3 {" FP8ATTN_REGS128
+        "}, {%128, %129, %130, %131}, %132, p, 1, 1;\n}\n"
+        : FP8ATTN_F128(d)
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(accumulate));
+  }
+};
+
+#undef FP8ATTN_R10
+#undef FP8ATTN_R0_9
+#undef FP8ATTN_REGS32
+#undef FP8ATTN_REGS64
+#undef FP8ATTN_REGS128
+#undef FP8ATTN_F8
+#undef FP8ATTN_F32
+#undef FP8ATTN_F64
+#undef FP8ATTN_F128
+#endif  // FP8ATTN_NV_WGMMA
+
+}  // namespace nv
+}  // namespace fp8attn

@@ -1,0 +1,50 @@
+// Tunables of the decode path (launch_fwd's rows <= 16 branch, pipeline_decode.h), shared by the
+// host split heuristic (api.cu: choose_num_splits) and the pipeline. Host-only code: no kernels.
+// To adopt another measured variant (tests/gpu/standalone/decode_bench.cu), edit DecodeDefault.
+#pragma once
+#include <algorithm>
+#include <cstdint>
+
+namespace fp8attn {
+
+// kBlocksPerSm: blocks of the decode kernel meant to share a multiprocessor; it sizes the KV ring
+//   (kStages = 0: as many 64-key tiles as fit next to the other blocks, at most 8) and the split
+//   count (decode_num_splits). At D = 128: 2 -> 6 tiles, 3 -> 4, 4 -> 3 (sm_90, 227 KiB per SM).
+// kRowCopy: a warp's cp.async instruction copies whole 128-byte key rows (lanes run along a row:
+//   4 full lines per instruction) instead of one 32-byte sector of 16 rows (2 lanes per key).
+template <int kBlocksPerSm_, int kStages_ = 0, bool kRowCopy_ = true>
+struct DecodeConfig {
+  static constexpr int kBlocksPerSm = kBlocksPerSm_;
+  static constexpr int kStages = kStages_;
+  static constexpr bool kRowCopy = kRowCopy_;
+};
+using DecodeDefault = DecodeConfig<4>;
+constexpr int kDecodeMinTilesPerSplit = 2;  // a split streams at least 128 keys
+constexpr bool kDecodePdl = true;           // combine kernel by Programmatic Dependent Launch (sm_90+)
+constexpr int kDecodeMaxSplits = 128;       // = kMaxSplits (kernel.h; asserted in pipeline_decode.h)
+
+// Split count of a decode-shaped call: `blocks` (batch x kv heads) blocks of `tiles` KV tiles each.
+// The blocks are memory bound and about equally long, so a last wave that leaves slots empty
+// (blocks_per_sm x num_sm slots) leaves bandwidth unused: take the fewest splits whose waves are
+// at least 95 % as full as the best reachable (at least min_tiles tiles per split; splits with
+// the same tiles per split are merged: none is left empty).
+inline int32_t decode_num_splits(int64_t blocks, int64_t tiles, int32_t num_sm, int blocks_per_sm, int min_tiles) {
+  const int64_t slots = static_cast<int64_t>(blocks_per_sm) * num_sm;
+  if (blocks <= 0 || slots <= 0 || tiles < 2 * min_tiles) return 1;
+  const int64_t most = std::min<int64_t>(tiles / min_tiles, kDecodeMaxSplits);
+  const auto splits_of = [&](int64_t s) {  // s requested -> splits with the same tiles per split
+    const int64_t per = (tiles + s - 1) / s;
+    return (tiles + per - 1) / per;
+  };
+  const auto fill = [&](int64_t s) {
+    const int64_t n = blocks * s, waves = (n + slots - 1) / slots;
+    return static_cast<double>(n) / static_cast<double>(waves * slots);
+  };
+  double best = 0.0;
+  for (int64_t s = 1; s <= most; ++s) best = std::max(best, fill(splits_of(s)));
+  for (int64_t s = 1; s <= most; ++s)
+    if (fill(splits_of(s)) >= 0.95 * best) return static_cast<int32_t>(splits_of(s));
+  return 1;
+}
+
+}  // namespace fp8attn

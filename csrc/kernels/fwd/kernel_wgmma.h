@@ -1,0 +1,60 @@
+// The Kernel of the Hopper warp-specialized pipeline: the same work items, addressing, rows and
+// epilogue as fwd_kernel (kernel.h), run by persistent blocks (at most one per SM), with
+// warpgroup 0 producing KV tiles and warpgroups 1.. each consuming them for 64 packed query rows. Compiled for sm_90a only (an empty body elsewhere; the
+// host picks this pipeline on compute capability 9.0 only).
+#pragma once
+#include <cuda_runtime.h>
+
+#include "launch.h"
+#include "pipeline_wgmma.h"
+
+namespace fp8attn {
+
+template <class Problem, class Policy, class Pipe>
+__global__ void __launch_bounds__(Policy::kThreads, 1) fwd_kernel_wgmma(const __grid_constant__ FwdParams p) {
+#if FP8ATTN_NV_WGMMA
+  extern __shared__ __align__(1024) uint8_t smem_raw[];
+  // Swizzled operand tiles need 1024-byte alignment (the policy reserves the slack).
+  uint8_t* smem = smem_raw + ((1024 - nv::smem_addr(smem_raw) % 1024) % 1024);
+  auto* bars = reinterpret_cast<typename Pipe::Barriers*>(smem + Policy::kOffBar);
+  Pipe::init(smem, bars);
+  __syncthreads();
+  // Work items (x, split) in launch order, round robin over the persistent blocks; producer and
+  // consumers walk the same sequence (make_block is a pure function of the item).
+  const int32_t group = p.num_heads / p.num_heads_k;
+  const int32_t nx = (p.seqlen_q * group + Policy::kBlockM - 1) / Policy::kBlockM * p.batch * p.num_heads_k;
+  const int32_t total = nx * p.num_splits;
+  if (threadIdx.x < 128) {
+    if constexpr (Policy::kProducerRegs > 0) nv::regs_dealloc<Policy::kProducerRegs>();
+    typename Pipe::Producer prod(static_cast<int>(threadIdx.x));
+    for (int32_t item = blockIdx.x; item < total; item += gridDim.x) {
+      BlockCtx c;
+      if (make_block<Problem, Policy>(p, item % nx, item / nx, c)) prod.item(p, c, smem, bars);
+    }
+    prod.drain(smem, bars);
+  } else {
+    if constexpr (Policy::kConsumerRegs > 0) nv::regs_alloc<Policy::kConsumerRegs>();
+    const int warp = threadIdx.x / 32 - 4, lane = threadIdx.x % 32;
+    const typename Policy::PQuant pq{1.f / p_scale_of(p)};
+    typename Pipe::Consumer cons(warp / 4, smem);
+    for (int32_t item = blockIdx.x; item < total; item += gridDim.x) {
+      BlockCtx c;
+      if (!make_block<Problem, Policy>(p, item % nx, item / nx, c)) continue;
+      ThreadRows<typename Policy::Tile> tr;
+      tr.init(p, c, warp, lane);
+      FwdState<Policy> st;
+      init_state(st);
+      cons.item(p, c, tr, pq, smem, bars, st);
+      store_rows<Problem, Policy>(p, c, tr, st, lane);
+    }
+  }
+#endif
+}
+
+template <class Problem>
+void launch_fwd_wgmma(const FwdParams& p, cudaStream_t stream) {
+  using Policy = FwdPolicyNvWgmma<Problem>;
+  launch_kernel<Problem, Policy, &fwd_kernel_wgmma<Problem, Policy, FwdPipelineNvWgmma<Problem, Policy>>>(p, stream);
+}
+
+}  // namespace fp8attn

@@ -1,0 +1,439 @@
+// The decode pipeline of the sm_90 f16 family: at most 16 packed rows per (batch, kv head)
+// (q_len * H/H_kv <= 16). Decode is bound by how fast the FP8 KV cache streams in, so:
+//  * Each of the 4 warps owns 16 keys of every 64-key tile and copies them itself into a cp.async
+//    ring of kStages tiles (all in flight but the one computed); a warp only waits for its own
+//    copies, so the ring needs no block barrier. The ring is as deep as the blocks meant to share a
+//    multiprocessor allow (decode_config.h); the first tiles are requested before Q is loaded.
+//  * K and V stay FP8 in shared memory and are widened in registers right before their MMA (exact:
+//    every e4m3 value is an f16 value), each byte once.
+//  * The rows are the n8 side of the f16 MMA: S^T = K . Q^T and O^T += V^T . P8^T (keys / d on
+//    the m16 side), so 8 packed rows (GQA 32/8 x q_len 2) cost one n8 tile instead of an m16 tile.
+// The one __syncthreads per tile shares the warps' row maxima: the tile's m_new is the maximum over
+// all 64 keys, as in every implementation. Same algorithm, tiles and quantization points as
+// FwdPipelineNvF16 (see pipeline.h); the warps' partial O and l (same m sequence) are summed through
+// shared memory at the end into warp 0, in the m16n8 layout of nv::Sm89Tile the epilogue reads.
+//
+// Fragments (lane = 4g + t; m16n8k16: A[m][k], B[k][n], C[m][n], see arch/nv_mma.h):
+//   Q.K^T: A = K (m = key), B = Q^T (n = row). The k order inside a 16-d chunk is permuted the
+//     same way for both: lane t takes d 4t..4t+3 (one ldmatrix word of fp8 K) as k {2t, 2t+1,
+//     8+2t, 9+2t}, so B is the f16 words (8c + 2t, 8c + 2t + 1) of Q's row.
+//   S^T, P: lane holds (key g, rows 2t, 2t+1) and (key g + 8, same rows); movmatrix.trans turns the
+//     quantized f16 pairs into the B fragment of P^T.
+//   P.V: A = V^T (m = d) from ldmatrix.trans of fp8 V, which hands lane (g, t) the bytes of keys
+//     2t, 2t+1 at d 2g, 2g+1; m = g is d 2g, m = g + 8 is d 2g + 1 of the 16-d chunk. So O^T's lane
+//     holds O[row 2t + {0,1}][d 16c + 2g] (acc[0], acc[1]) and [d 16c + 2g + 1] (acc[2], acc[3]).
+// Shared memory (bytes): Q16 [kBlockM][kRow16] f16 (natural d order) | row maxima [2][4][16] f32 |
+// ring [kStages][K, V][64][kRowStride] fp8 (16-byte chunks XOR-swizzled by row when D is a multiple
+// of 128, else rows padded to an odd chunk count), reused at the end for the warps' partial O / l.
+// The forward grid triggers its programmatic dependent (the combine kernel, launch_decode) at once:
+// the combine blocks are resident and waiting when it ends, instead of launching after it.
+#pragma once
+#include <cmath>
+#include <cstdint>
+
+#include <cuda_runtime.h>
+
+#include "decode_config.h"
+#include "kernel.h"
+#include "pipeline_f16.h"
+
+namespace fp8attn {
+
+namespace nv {
+// Transposes the 8x8 b16 matrix whose fragment (lane g, t: row g, columns 2t, 2t+1) is x.
+FP8ATTN_DEVICE uint32_t movmatrix_trans(uint32_t x) {
+  uint32_t r;
+  asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;\n" : "=r"(r) : "r"(x));
+  return r;
+}
+// The fp8 codes in bytes (sel & 0xf, sel >> 4) of x -> f16x2 (exact).
+template <Fp8Kind K>
+FP8ATTN_DEVICE uint32_t fp8_pair_to_half2(uint32_t x, uint32_t sel) {
+  return fp8x2_lo_to_half2<K>(__byte_perm(x, 0u, sel));
+}
+}  // namespace nv
+
+// The rows a decode lane owns: slot ri = 2n + e is packed row 8n + 2t + e, the same in every warp
+// (the kernel's ThreadRows computes their heads / logits transforms from this).
+template <int kRowTiles>
+struct DecodeRows {
+  static constexpr int kRows = 2 * kRowTiles;
+  static constexpr int kRowsPerWarp = 0;
+  static constexpr float kInvProductScale = 1.f;
+  FP8ATTN_DEVICE static int row_in_warp(int lane, int ri) { return 8 * (ri / 2) + 2 * (lane % 4) + ri % 2; }
+};
+
+static_assert(kDecodeMaxSplits == kMaxSplits, "decode_config.h: the combine kernel's split limit");
+
+// kRowTiles_ n8 tiles of packed rows: 1 (rows <= 8) or 2 (rows <= 16); Cfg: a DecodeConfig.
+template <class Problem, int kRowTiles_, class Cfg = DecodeDefault>
+struct FwdPolicyNvDecode {
+  static constexpr int kRowTiles = kRowTiles_;
+  static constexpr int kD = Problem::kHeadDim;
+  static constexpr int kWarps = 4;
+  static constexpr int kThreads = 32 * kWarps;
+  static constexpr int kBlockM = 8 * kRowTiles;
+  static constexpr int kBlockN = 64;
+  static constexpr int kKeysPerWarp = kBlockN / kWarps;
+  static constexpr int kNTilesO = kD / 8;  // the epilogue's accumulator fragments (Sm89Tile layout)
+  static constexpr int kChunks = kD / 16;  // 16-byte fp8 chunks per K / V row
+  // The 8 rows an ldmatrix phase reads must hit 8 distinct 16-byte bank groups: chunk c of row r
+  // at c ^ (r & 7) when rows are whole 128-byte lines, else rows of an odd chunk count (padded).
+  static constexpr bool kSwizzle = kChunks % 8 == 0;
+  static constexpr int kRowStride = kSwizzle || kChunks % 2 ? kD : kD + 16;
+  FP8ATTN_DEVICE static int chunk_at(int row, int ch) { return 16 * (kSwizzle ? ch ^ (row & 7) : ch); }
+  static constexpr bool kRowCopy = Cfg::kRowCopy;
+  // Q16 row: D/2 f16x2 words, padded to 8 (mod 16) words so that the 8-byte B loads of lanes
+  // (g, t), g < 4, hit distinct banks.
+  static constexpr int kRow16 = 4 * (kD / 2 + ((kD / 2) % 16 == 0 ? 8 : 0));
+  static constexpr int kStageBytes = 2 * kBlockN * kRowStride;
+  static constexpr int kOffQ = 0;
+  static constexpr int kOffRed = kOffQ + kBlockM * kRow16;
+  static constexpr int kOffRing = kOffRed + 2 * kWarps * 16 * 4;
+  // Tiles that fit next to Cfg::kBlocksPerSm - 1 other blocks (sm_90: 227 KiB per multiprocessor,
+  // 1 KiB of it reserved per block), 2..8; or Cfg::kStages.
+  static constexpr int kFit = (232448 / Cfg::kBlocksPerSm - 1024 - kOffRing) / kStageBytes;
+  static constexpr int kStages = Cfg::kStages ? Cfg::kStages : kFit < 2 ? 2 : kFit > 8 ? 8 : kFit;
+  // The final sum, in the ring: partial O [warp][kBlockM][kOStride] f32, l [warp][kBlockM], m [kBlockM].
+  static constexpr int kOStride = kD + 8;  // float2 reads of rows g, g + 4: distinct banks
+  static constexpr int kSumBytes = 4 * (kWarps * kBlockM * kOStride + kWarps * kBlockM + kBlockM);
+  static constexpr int kRingBytes = kStages * kStageBytes > kSumBytes ? kStages * kStageBytes : kSumBytes;
+  static constexpr int kSmemBytes = kOffRing + kRingBytes;
+  static constexpr int kMT = 1;  // (FwdPipelineNvF16, whose q loader this pipeline uses, reads it)
+  static constexpr Fp8Kind kFp8 = Problem::kFp8;
+  using PQuant = nv::PQuant<Problem::kFp8>;
+  using Tile = nv::Sm89Tile<Problem::kFp8>;  // the accumulator layout handed to the epilogue
+};
+
+template <class Problem, class Policy>
+struct FwdPipelineNvDecode {
+  static constexpr int kBN = Policy::kBlockN;
+  static constexpr int kD = Policy::kD;
+  static constexpr int kNR = Policy::kRowTiles;
+  static constexpr int kR = 2 * kNR;  // row slots per lane
+  static constexpr int kChunks = Policy::kChunks;
+  static constexpr int kStages = Policy::kStages;
+  static constexpr int kKW = Policy::kKeysPerWarp;
+  static constexpr Fp8Kind kFp8 = Problem::kFp8;
+  using F16 = FwdPipelineNvF16<Problem, Policy>;  // q loader (Q16 rows) and P quantizer
+
+  // Q is loaded by run, after the first KV tiles are requested.
+  FP8ATTN_DEVICE static void load_q(const FwdParams&, const BlockCtx&, uint8_t*) {}
+  FP8ATTN_DEVICE static void prepare(uint8_t*) {}
+
+  // cp.async of this warp's 16 keys of KV tile `tile` into `stage`: the warp's 16 x kChunks 16-byte
+  // chunks of K (and of V), kChunks / 2 per lane; lanes run along the rows (kRowCopy) or 2 lanes
+  // per key. Keys at or past k_len are zero-filled and never read.
+  FP8ATTN_DEVICE static void load_kv(const FwdParams& p, const BlockCtx& c, int tile, uint8_t* stage) {
+    const int lane = threadIdx.x % 32;
+    const uint8_t* kbase = static_cast<const uint8_t*>(p.k) + static_cast<int64_t>(c.hkv) * p.k_head_stride;
+    const uint8_t* vbase = static_cast<const uint8_t*>(p.v) + static_cast<int64_t>(c.hkv) * p.v_head_stride;
+#pragma unroll
+    for (int j = 0; j < (kChunks + 1) / 2; ++j) {
+      const int i = lane + 32 * j;
+      const int kr = Policy::kRowCopy ? i / kChunks : lane / 2, ch = Policy::kRowCopy ? i % kChunks : 2 * j + lane % 2;
+      if (Policy::kRowCopy ? i < kKW * kChunks : ch < kChunks) {
+        const int r = kKW * (threadIdx.x / 32) + kr;
+        const int32_t key = tile * kBN + r;
+        const bool ok = key < c.seq.k_len;
+        uint8_t* kdst = stage + r * Policy::kRowStride + Policy::chunk_at(r, ch);
+        nv::cp_async_16(kdst, kbase + (ok ? c.seq.key_offset(p, key, false) : 0) + 16 * ch, ok);
+        nv::cp_async_16(kdst + kBN * Policy::kRowStride, vbase + (ok ? c.seq.key_offset(p, key, true) : 0) + 16 * ch, ok);
+      }
+    }
+  }
+
+  // One KV tile for this warp's 16 keys: S^T, the tile's row max (shared with the other warps
+  // through sRed: the block barrier), P8, l and O^T.
+  FP8ATTN_DEVICE static void step(const BlockCtx& c, int tile, bool need_mask, const int32_t qrow[kR],
+                                  const LogitsTransform logits[kR], float inv_p_scale, const uint8_t* sQ,
+                                  const uint8_t* stage, float* sRed, float acc[kNR][kChunks][4], float lacc[kNR][4],
+                                  float m[kR]) {
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+    const uint8_t* sK = stage + kKW * warp * Policy::kRowStride;
+    const uint8_t* sV = sK + kBN * Policy::kRowStride;
+    // ldmatrix rows: lanes 0-7 keys 0-7 and lanes 8-15 keys 8-15 of chunk ch; lanes 16-31 the
+    // same keys of chunk ch + 1 (of ch again past the last chunk). Row kKW * warp + lr: (row & 7) = (lane & 7).
+    const int lr = (lane & 7) + 8 * ((lane >> 3) & 1);
+    const auto at = [&](const uint8_t* base, int ch) {
+      return base + lr * Policy::kRowStride + Policy::chunk_at(lane, ch + 1 < kChunks ? ch + (lane >> 4) : ch);
+    };
+
+    // S^T = K . Q^T
+    float s[kNR][4];
+#pragma unroll
+    for (int n = 0; n < kNR; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
+#pragma unroll
+    for (int ch = 0; ch < kChunks; ch += 2) {
+      uint32_t kw[4];
+      nv::ldmatrix_x4(kw, at(sK, ch));
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        if (ch + h >= kChunks) break;
+        const uint32_t a[4] = {nv::fp8_pair_to_half2<kFp8>(kw[2 * h], 0x10), nv::fp8_pair_to_half2<kFp8>(kw[2 * h + 1], 0x10),
+                               nv::fp8_pair_to_half2<kFp8>(kw[2 * h], 0x32), nv::fp8_pair_to_half2<kFp8>(kw[2 * h + 1], 0x32)};
+#pragma unroll
+        for (int n = 0; n < kNR; ++n) {
+          const uint2 q = *reinterpret_cast<const uint2*>(sQ + (8 * n + g) * Policy::kRow16 + 32 * (ch + h) + 8 * t);
+          const uint32_t b[2] = {q.x, q.y};
+          nv::MmaF16::mma(s[n], a, b);
+        }
+      }
+    }
+
+    // logits (the softcap branch hoisted out of the element loop), mask, row max over the warp's
+    // keys, then over the 4 warps. Element (n, i): row slot 2n + (i & 1), key 16 warp + g + 8 (i >> 1).
+    if (logits[0].has_softcap) {
+#pragma unroll
+      for (int n = 0; n < kNR; ++n)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) s[n][i] = logits[2 * n + (i & 1)](s[n][i]);
+    } else {
+#pragma unroll
+      for (int n = 0; n < kNR; ++n)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) s[n][i] *= logits[2 * n + (i & 1)].scale_log2;
+    }
+    constexpr float kNegInf = -INFINITY;
+    float mx[kR];
+#pragma unroll
+    for (int ri = 0; ri < kR; ++ri) mx[ri] = kNegInf;
+#pragma unroll
+    for (int n = 0; n < kNR; ++n)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int ri = 2 * n + (i & 1);
+        float x = s[n][i];
+        if (need_mask) {
+          const int32_t key = tile * kBN + kKW * warp + g + 8 * (i >> 1);
+          const bool vis = Problem::kHasMask ? c.mask.visible(qrow[ri], key) : key < c.seq.k_len;
+          x = vis ? x : kNegInf;
+        }
+        s[n][i] = x;
+        mx[ri] = fmaxf(mx[ri], x);
+      }
+    float* red = sRed + (tile & 1) * 4 * 16;  // [warp][row]; two buffers: one barrier per tile
+#pragma unroll
+    for (int ri = 0; ri < kR; ++ri)
+#pragma unroll
+      for (int x = 4; x < 32; x *= 2) mx[ri] = fmaxf(mx[ri], __shfl_xor_sync(0xffffffffu, mx[ri], x));
+    if (g == 0) {
+#pragma unroll
+      for (int n = 0; n < kNR; ++n)
+        *reinterpret_cast<float2*>(red + 16 * warp + 8 * n + 2 * t) = make_float2(mx[2 * n], mx[2 * n + 1]);
+    }
+    __syncthreads();
+#pragma unroll
+    for (int w = 0; w < 4; ++w)
+#pragma unroll
+      for (int n = 0; n < kNR; ++n) {
+        const float2 v = *reinterpret_cast<const float2*>(red + 16 * w + 8 * n + 2 * t);
+        mx[2 * n] = fmaxf(mx[2 * n], v.x);
+        mx[2 * n + 1] = fmaxf(mx[2 * n + 1], v.y);
+      }
+    float alpha[kR], m_use[kR];
+    bool moved = false;
+#pragma unroll
+    for (int ri = 0; ri < kR; ++ri) {
+      const float m_new = fmaxf(m[ri], mx[ri]);
+      m_use[ri] = m_new == kNegInf ? 0.f : m_new;  // nothing visible yet: p = 0, alpha = 0 (acc, l are 0)
+      alpha[ri] = nv::exp2_approx(m[ri] - m_use[ri]);
+      m[ri] = m_new;
+      moved |= alpha[ri] != 1.f;
+    }
+    if (__any_sync(0xffffffffu, moved)) {  // rescaling by 1 changes nothing: skip it when no row moved
+#pragma unroll
+      for (int n = 0; n < kNR; ++n) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          lacc[n][i] *= alpha[2 * n + (i & 1)];
+#pragma unroll
+          for (int ch = 0; ch < kChunks; ++ch) acc[n][ch][i] *= alpha[2 * n + (i & 1)];
+        }
+      }
+    }
+
+    // P8 (as the B fragments of P^T), l += P8 . 1, O^T += V^T . P8^T
+    const uint32_t ones[4] = {nv::kOnesF16x2, nv::kOnesF16x2, nv::kOnesF16x2, nv::kOnesF16x2};
+    uint32_t pb[kNR][2];
+#pragma unroll
+    for (int n = 0; n < kNR; ++n) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+        pb[n][h] = nv::movmatrix_trans(F16::quant2(nv::exp2_approx(s[n][2 * h] - m_use[2 * n]),
+                                                   nv::exp2_approx(s[n][2 * h + 1] - m_use[2 * n + 1]), inv_p_scale));
+      nv::MmaF16::mma(lacc[n], ones, pb[n]);
+    }
+#pragma unroll
+    for (int ch = 0; ch < kChunks; ch += 2) {
+      uint32_t vw[4];
+      nv::ldmatrix_x4_trans(vw, at(sV, ch));
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        if (ch + h >= kChunks) break;
+        const uint32_t a[4] = {nv::fp8_pair_to_half2<kFp8>(vw[2 * h], 0x20), nv::fp8_pair_to_half2<kFp8>(vw[2 * h], 0x31),
+                               nv::fp8_pair_to_half2<kFp8>(vw[2 * h + 1], 0x20), nv::fp8_pair_to_half2<kFp8>(vw[2 * h + 1], 0x31)};
+#pragma unroll
+        for (int n = 0; n < kNR; ++n) nv::MmaF16::mma(acc[n][ch + h], a, pb[n]);
+      }
+    }
+  }
+
+  // The warps' partial O^T / l -> their sum in warp 0's FwdState (rows g, g + 8; columns 8j + 2t),
+  // summed in warp order like FwdPipelineNvF16's split-N policy.
+  FP8ATTN_DEVICE static void reduce(uint8_t* ring, const float acc[kNR][kChunks][4], const float lacc[kNR][4],
+                                    const float m[kR], FwdState<Policy>& st) {
+    constexpr int kM = Policy::kBlockM, kS = Policy::kOStride;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+    float* sO = reinterpret_cast<float*>(ring);
+    float* sL = sO + 4 * kM * kS;
+    float* sM = sL + 4 * kM;
+    __syncthreads();  // every warp is done with the ring
+#pragma unroll
+    for (int n = 0; n < kNR; ++n) {
+      float* row = sO + (warp * kM + 8 * n + 2 * t) * kS + 2 * g;
+#pragma unroll
+      for (int ch = 0; ch < kChunks; ++ch) {
+        *reinterpret_cast<float2*>(row + 16 * ch) = make_float2(acc[n][ch][0], acc[n][ch][2]);
+        *reinterpret_cast<float2*>(row + kS + 16 * ch) = make_float2(acc[n][ch][1], acc[n][ch][3]);
+      }
+      if (g == 0) {
+        *reinterpret_cast<float2*>(sL + warp * kM + 8 * n + 2 * t) = make_float2(lacc[n][0], lacc[n][1]);
+        if (warp == 0) *reinterpret_cast<float2*>(sM + 8 * n + 2 * t) = make_float2(m[2 * n], m[2 * n + 1]);
+      }
+    }
+    __syncthreads();
+    if (warp != 0) return;
+#pragma unroll
+    for (int ri = 0; ri < 2; ++ri) {
+      if (8 * ri >= kM) break;  // one row tile: rows g + 8 are past the block (the kernel skips them)
+      const int r = g + 8 * ri;
+#pragma unroll
+      for (int j = 0; j < Policy::kNTilesO; ++j) {
+        float2 o = *reinterpret_cast<const float2*>(sO + r * kS + 8 * j + 2 * t);
+#pragma unroll
+        for (int w = 1; w < 4; ++w) {
+          const float2 v = *reinterpret_cast<const float2*>(sO + (w * kM + r) * kS + 8 * j + 2 * t);
+          o.x += v.x;
+          o.y += v.y;
+        }
+        st.acc[j][2 * ri] = o.x;
+        st.acc[j][2 * ri + 1] = o.y;
+      }
+      const float l = ((sL[r] + sL[kM + r]) + sL[2 * kM + r]) + sL[3 * kM + r];
+      st.l[ri] = 0.25f * l;  // the epilogue sums the quad's four copies (exact: a power of two)
+      st.m[ri] = sM[r];
+    }
+  }
+
+  // The kernel's per-thread rows (qrow, logits) follow Sm89Tile's m16 rows; this pipeline's lanes
+  // own other rows (DecodeRows) and derive their own.
+  FP8ATTN_DEVICE static void run(const FwdParams& p, const BlockCtx& c, const int32_t*, const LogitsTransform*,
+                                 const typename Policy::PQuant& pq, uint8_t* smem, FwdState<Policy>& st) {
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const uint8_t* sQ = smem + Policy::kOffQ;
+    float* sRed = reinterpret_cast<float*>(smem + Policy::kOffRed);
+    uint8_t* ring = smem + Policy::kOffRing;
+    pdl_launch_dependents();  // the combine kernel may become resident now (it waits for this grid)
+    const int tiles = c.tile_end - c.tile_begin;
+#pragma unroll
+    for (int i = 0; i < kStages; ++i) {
+      if (i < tiles) load_kv(p, c, c.tile_begin + i, ring + i * Policy::kStageBytes);
+      nv::cp_async_commit();
+    }
+    F16::load_q(p, c, smem);  // its latency overlaps the first tiles'
+    ThreadRows<DecodeRows<kNR>> rows;
+    rows.init(p, c, warp, lane);
+
+    float acc[kNR][kChunks][4], lacc[kNR][4], m[kR];
+#pragma unroll
+    for (int n = 0; n < kNR; ++n) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        lacc[n][i] = 0.f;
+#pragma unroll
+        for (int ch = 0; ch < kChunks; ++ch) acc[n][ch][i] = 0.f;
+      }
+    }
+#pragma unroll
+    for (int ri = 0; ri < kR; ++ri) m[ri] = -INFINITY;
+
+    __syncthreads();  // Q16 published
+    int slot = 0;
+    for (int i = 0; i < tiles; ++i) {
+      const int tile = c.tile_begin + i;
+      uint8_t* stage = ring + slot * Policy::kStageBytes;
+      nv::cp_async_wait<kStages - 1>();
+      __syncwarp();  // the warp's copies of this tile are visible to all its lanes
+      const int k0 = tile * kBN;
+      const bool need_mask = Problem::kHasMask ? !c.mask.tile_fully_visible(c.qrow0, c.qrow1, k0, k0 + kBN)
+                                               : k0 + kBN > c.seq.k_len;
+      step(c, tile, need_mask, rows.qrow, rows.logits, pq.inv_p_scale, sQ, stage, sRed, acc, lacc, m);
+      __syncwarp();  // every lane is done with the slot before it is refilled
+      if (i + kStages < tiles) load_kv(p, c, tile + kStages, stage);
+      nv::cp_async_commit();
+      slot = slot + 1 == kStages ? 0 : slot + 1;
+    }
+    reduce(ring, acc, lacc, m, st);
+  }
+};
+
+// Run-time options of launch_decode: the combine kernel as a programmatic dependent of the forward
+// grid (sm_90+ only; ignored elsewhere), and whether to run it at all (the benchmark times the
+// forward kernel alone; its output is then not written when split).
+struct DecodeLaunch {
+  bool pdl = kDecodePdl;
+  bool combine = true;
+};
+
+inline bool pdl_supported() {  // per device, cached (not a stream operation: fine during capture)
+  static int cache[64] = {0};  // 0 unknown, 1 no, 2 yes
+  int dev = 0, major = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return false;
+  if (cache[dev] == 0)
+    cache[dev] = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess && major >= 9 ? 2 : 1;
+  return cache[dev] == 2;
+}
+
+// The decode kernel of one (Problem, Policy): one block per (batch, kv head) and split (rows <=
+// kBlockM), then the combine kernel when split.
+template <class Problem, class Policy>
+void launch_decode_with(const FwdParams& p, cudaStream_t stream, const DecodeLaunch& opt) {
+  auto* kern = &fwd_kernel<Problem, Policy, FwdPipelineNvDecode<Problem, Policy>>;
+  // Once per kernel and process (not a stream operation: fine during graph capture).
+  static const cudaError_t attr_err = cudaFuncSetAttribute(
+      reinterpret_cast<const void*>(kern), cudaFuncAttributeMaxDynamicSharedMemorySize, Policy::kSmemBytes);
+  (void)attr_err;
+  const int64_t nx = static_cast<int64_t>(p.batch) * p.num_heads_k;
+  if (nx == 0) return;
+  kern<<<dim3(static_cast<unsigned>(nx), p.num_splits), Policy::kThreads, Policy::kSmemBytes, stream>>>(p);
+  if (p.num_splits <= 1 || !opt.combine) return;
+  const int64_t items = static_cast<int64_t>(p.seqlen_q) * p.num_heads;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(static_cast<unsigned>((items + kCombineWarps - 1) / kCombineWarps), p.batch);
+  cfg.blockDim = dim3(kCombineLanes * kCombineWarps);
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = opt.pdl && pdl_supported() ? 1 : 0;
+  (void)cudaLaunchKernelEx(&cfg, fwd_combine_kernel<Problem::kFp8>, p);  // errors: cudaGetLastError
+}
+
+// The decode path of launch_fwd (rows = q_len * H / H_kv <= 16) with DecodeConfig Cfg.
+template <class Problem, class Cfg = DecodeDefault>
+void launch_decode(const FwdParams& p, cudaStream_t stream, const DecodeLaunch& opt = {}) {
+  const int64_t rows = static_cast<int64_t>(p.seqlen_q) * (p.num_heads / p.num_heads_k);
+  if (rows <= 8)
+    launch_decode_with<Problem, FwdPolicyNvDecode<Problem, 1, Cfg>>(p, stream, opt);
+  else
+    launch_decode_with<Problem, FwdPolicyNvDecode<Problem, 2, Cfg>>(p, stream, opt);
+}
+
+template <class Problem>
+void launch_fwd_decode(const FwdParams& p, cudaStream_t stream) {
+  launch_decode<Problem>(p, stream);
+}
+
+}  // namespace fp8attn

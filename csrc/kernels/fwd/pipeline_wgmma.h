@@ -1,0 +1,392 @@
+// The Hopper warp-specialized Pipeline (sm_90a): the same KV loop and quantization points as the
+// portable pipelines (see pipeline.h), with FP8 wgmma for all products. A persistent block runs
+// the work items the kernel hands it; tiles are numbered globally (g) over the block's items, so
+// the ring of kStages slots and its barrier phases run on across items.
+//
+// Producer warpgroup (128 threads), per work item: Q -> Q[item % 2] (after the consumers released
+// that buffer), then per KV tile g (slot g % kStages): wait until the consumers released the
+// slot, cp.async K -> K[slot] (swizzled) and V -> Vraw[slot]. kStages - 2 tiles later (and at item
+// boundaries) it finalizes tile g: when its copies have landed, fence.proxy.async and arrive
+// k_full; then (named barrier: every producer's part landed) transpose Vraw -> Vt in registers
+// (4x4 byte blocks), fence, arrive v_full.
+// Consumer warpgroup w (64 packed rows, 4 warps x 16), per tile: wait k_full; S = Q.K^T (m64n64k32,
+// Q and K from shared memory); logits, mask, online softmax, p8 = sat(p / p_scale) packed straight
+// into the A fragments of P.V; wait v_full; O += P8.Vt and l += P8.1 (P from registers); arrive
+// empty. After its last tile it releases Q and stores the item's rows (the Epilogue).
+// S's accumulator gives lane (g, t) keys 8j + 2t + {0, 1}; the P.V A fragment wants a lane's four
+// bytes at consecutive k. So the k order of P.V is permuted: k position v = 16h + 4t' + b of a
+// 32-key step holds key 16h + 8(b >> 1) + 2t' + (b & 1) -- what lane t' already has -- and the
+// transpose writes V's keys into Vt in that order (the sum over k does not care).
+// Numerics: the FP8 tensor cores sum products with less than fp32 precision, so outputs differ
+// from the CPU oracle (exact fp32 products and sums) by rounding noise: the error against fp64 is
+// the same as the portable pipelines' (docs/gpu-kernels.md).
+#pragma once
+#include <cmath>
+#include <cstdint>
+
+#include "pipeline.h"
+#include "policy_wgmma.h"
+
+namespace fp8attn {
+
+template <class Problem, class Policy>
+struct FwdPipelineNvWgmma {
+  static constexpr int kD = Policy::kD;
+  static constexpr int kBN = Policy::kBlockN;
+  static constexpr int kStages = Policy::kStages;
+  using QK = typename Policy::QK;
+  using VT = typename Policy::VT;
+
+  struct Barriers {
+    uint64_t q_full[2], q_empty[2];
+    uint64_t k_full[kStages], v_full[kStages], empty[kStages];
+  };
+  static constexpr int kConsumerThreads = 128 * Policy::kConsumers;
+
+  FP8ATTN_DEVICE static uint8_t* q_buf(uint8_t* smem, int i) { return smem + Policy::kOffQ + i * Policy::kQBytes; }
+  FP8ATTN_DEVICE static uint8_t* k_buf(uint8_t* smem, int s) { return smem + Policy::kOffK + s * Policy::kKBytes; }
+  FP8ATTN_DEVICE static uint8_t* vt_buf(uint8_t* smem, int s) { return smem + Policy::kOffVt + s * Policy::kVtBytes; }
+  FP8ATTN_DEVICE static uint8_t* vraw_buf(uint8_t* smem, int s) {
+    return smem + Policy::kOffVraw + s * Policy::kVrawBytes;
+  }
+
+  // Barriers and the ones tile (FP8 1.0 = 0x38 in every byte: its layout needs no swizzle).
+  FP8ATTN_DEVICE static void init(uint8_t* smem, Barriers* b) {
+    for (int i = threadIdx.x; i < 512 / 16; i += blockDim.x)
+      reinterpret_cast<uint4*>(smem + Policy::kOffOnes)[i] = make_uint4(0x38383838u, 0x38383838u, 0x38383838u, 0x38383838u);
+    nv::fence_proxy_async();
+    if (threadIdx.x == 0) {
+      for (int i = 0; i < 2; ++i) {
+        nv::mbar_init(&b->q_full[i], 128);
+        nv::mbar_init(&b->q_empty[i], kConsumerThreads);
+      }
+      for (int s = 0; s < kStages; ++s) {
+        nv::mbar_init(&b->k_full[s], 128);
+        nv::mbar_init(&b->v_full[s], 128);
+        nv::mbar_init(&b->empty[s], kConsumerThreads);
+      }
+    }
+  }
+
+  // ---- producer --------------------------------------------------------------------------------
+  // Key of k position v (0..63) of a tile (the P.V order above).
+  FP8ATTN_HD static int key_of_pos(int v) {
+    const int w = v & 31, b = w & 3;
+    return 32 * (v >> 5) + 16 * (w >> 4) + 8 * (b >> 1) + 2 * ((w >> 2) & 3) + (b & 1);
+  }
+  // +16 bytes per row and chunks XOR-ed with bit 4 of the key: the transpose's lanes hit 32 banks.
+  FP8ATTN_HD static int vraw_offset(int key, int chunk) {
+    return key * Policy::kVrawStride + ((chunk ^ ((key >> 4) & 1)) << 4);
+  }
+
+  // Per-thread copy and transpose assignments, the same for every tile (computed once).
+  static constexpr int kLoadRows = kBN * Policy::kChunks / 128;  // K (and V) rows one producer thread copies
+  static constexpr int kUnits = 16 * (kD / 4) / 128;             // 4x4 transpose units per producer thread
+
+  struct Producer {
+    int ptid;    // 0..127
+    int g = 0;   // tiles issued so far (all items)
+    int fz = 0;  // tiles finalized so far
+    int qn = 0;  // work items started so far
+    // copies: thread copies chunk ch of rows row0 + k * kRowStep (k < kLoadRows) of K and V
+    int ch, row0;
+    static constexpr int kRowStep = 128 / Policy::kChunks;
+    // Transpose units: unit k (u = tid + 128k) is position group q (k positions 4q..4q+3, keys
+    // key_of_pos(4q) + {0, 1, 8, 9}) x 4-byte column c = c0 + 8k of d; q does not depend on k, so
+    // unit k reads at rd + 32k in Vraw and writes its d rows 4c, 4c + 1 at wr + 2048k in Vt, and
+    // rows 4c + 2, 4c + 3 at +wr_hi (the pair's swizzle chunk differs in bit 0). Lanes: 4 columns
+    // x 8 position groups, and rot (odd column pairs) swaps the order a pair is written in, so that
+    // reads and writes hit 32 distinct banks.
+    int rd, wr, wr_hi;
+    bool rot;
+
+    FP8ATTN_DEVICE explicit Producer(int tid)
+        : ptid(tid), ch(tid % Policy::kChunks), row0(tid / Policy::kChunks), rot((tid >> 1) & 1) {
+      const int c = (tid & 3) + 4 * (tid >> 6), q = ((tid >> 2) & 7) + 8 * ((tid >> 5) & 1);
+      rd = vraw_offset(key_of_pos(4 * q), c >> 2) + 4 * (c & 3);
+      wr = VT::offset(kD, 4 * c, 4 * q);
+      wr_hi = VT::offset(kD, 4 * c + 2, 4 * q) - wr;
+    }
+
+    FP8ATTN_DEVICE void load_q(const FwdParams& p, const BlockCtx& c, uint8_t* sQ) const {
+      for (int i = ptid; i < Policy::kBlockM * Policy::kChunks; i += 128) {
+        const int r = i / Policy::kChunks, cq = i % Policy::kChunks;
+        const int mrow = c.m0 + r;
+        uint4 codes = make_uint4(0, 0, 0, 0);
+        if (mrow < c.rows) {
+          const int32_t qrow = mrow / c.group, h = c.hkv * c.group + mrow % c.group;
+          const int64_t off = c.seq.q_offset + static_cast<int64_t>(qrow) * p.q_row_stride +
+                              static_cast<int64_t>(h) * p.q_head_stride + cq * 16;
+          codes = load_q16_codes<Problem::kFp8>(p, off, h);
+        }
+        *reinterpret_cast<uint4*>(sQ + QK::offset(Policy::kBlockM, r, 16 * cq)) = codes;
+      }
+    }
+
+    // cp.async of KV tile `tile` of the item (keys at or past k_len zero-filled, never read).
+    FP8ATTN_DEVICE void load_kv(const FwdParams& p, const BlockCtx& c, int tile, uint8_t* sK, uint8_t* sVraw) const {
+      const uint8_t* kbase = static_cast<const uint8_t*>(p.k) + static_cast<int64_t>(c.hkv) * p.k_head_stride + 16 * ch;
+      const uint8_t* vbase = static_cast<const uint8_t*>(p.v) + static_cast<int64_t>(c.hkv) * p.v_head_stride + 16 * ch;
+#pragma unroll
+      for (int k = 0; k < kLoadRows; ++k) {
+        const int r = row0 + k * kRowStep;
+        const int32_t key = tile * kBN + r;
+        const bool ok = key < c.seq.k_len;
+        const int64_t koff = ok ? c.seq.key_offset(p, key, false) : 0;
+        const int64_t voff = ok ? c.seq.key_offset(p, key, true) : 0;
+        nv::cp_async_16(sK + QK::offset(kBN, r, 16 * ch), kbase + koff, ok);
+        nv::cp_async_16(sVraw + vraw_offset(r, ch), vbase + voff, ok);
+      }
+    }
+
+    // Vraw [key][d] -> Vt [d][k position], 4x4 byte blocks through registers.
+    FP8ATTN_DEVICE void transpose_v(const uint8_t* sVraw, uint8_t* sVt) const {
+      constexpr int kS = Policy::kVrawStride;
+      const int sw = rot ? 64 : 0;
+#pragma unroll
+      for (int k = 0; k < kUnits; ++k) {
+        const uint8_t* src = sVraw + rd + 32 * k;
+        const uint32_t in[4] = {*reinterpret_cast<const uint32_t*>(src), *reinterpret_cast<const uint32_t*>(src + kS),
+                                *reinterpret_cast<const uint32_t*>(src + 8 * kS),
+                                *reinterpret_cast<const uint32_t*>(src + 9 * kS)};
+        uint32_t out[4];
+        nv::transpose4x4_bytes(in, out);
+        // rows d = 4c + j get out[j]; with rot each pair is written in swapped order
+        uint8_t* dst = sVt + wr + 2048 * k;
+        *reinterpret_cast<uint32_t*>(dst + sw) = rot ? out[1] : out[0];
+        *reinterpret_cast<uint32_t*>(dst + 64 - sw) = rot ? out[0] : out[1];
+        *reinterpret_cast<uint32_t*>(dst + wr_hi + sw) = rot ? out[3] : out[2];
+        *reinterpret_cast<uint32_t*>(dst + wr_hi + 64 - sw) = rot ? out[2] : out[3];
+      }
+    }
+
+    // Tile `fz` is complete once at most kPending later copy groups are in flight.
+    template <int kPending>
+    FP8ATTN_DEVICE void finalize(uint8_t* smem, Barriers* bars) {
+      const int s = fz % kStages;
+      nv::cp_async_wait<kPending>();
+      nv::fence_proxy_async();
+      nv::mbar_arrive(&bars->k_full[s]);
+      // Every producer's copies of the tile landed, and every producer finished the previous
+      // transpose (whose Vraw slot the next copy may reuse).
+      nv::named_barrier_sync(1, 128);
+      transpose_v(vraw_buf(smem, s), vt_buf(smem, s));
+      nv::fence_proxy_async();
+      nv::mbar_arrive(&bars->v_full[s]);
+      ++fz;
+    }
+    FP8ATTN_DEVICE void drain(uint8_t* smem, Barriers* bars) {
+      while (fz < g) finalize<0>(smem, bars);
+    }
+
+    FP8ATTN_DEVICE void item(const FwdParams& p, const BlockCtx& c, uint8_t* smem, Barriers* bars) {
+      // Finish the previous item's tiles first: the consumers release Q only after their last one.
+      drain(smem, bars);
+      const int qs = qn & 1;
+      if (qn >= 2) nv::mbar_wait(&bars->q_empty[qs], ((qn >> 1) - 1) & 1);
+      load_q(p, c, q_buf(smem, qs));
+      nv::fence_proxy_async();
+      nv::mbar_arrive(&bars->q_full[qs]);
+      ++qn;
+#pragma unroll 1
+      for (int tile = c.tile_begin; tile < c.tile_end; ++tile) {
+        if (g - fz >= kStages - 1) finalize<kStages - 2>(smem, bars);
+        const int s = g % kStages;
+        if (g >= kStages) nv::mbar_wait(&bars->empty[s], ((g / kStages) - 1) & 1);
+        load_kv(p, c, tile, k_buf(smem, s), vraw_buf(smem, s));
+        nv::cp_async_commit();
+        ++g;
+      }
+    }
+  };
+
+  // ---- consumer --------------------------------------------------------------------------------
+  using Tile = typename Policy::Tile;
+  using PQuant = typename Policy::PQuant;
+
+#if FP8ATTN_NV_WGMMA
+  // One KV tile for the thread's two rows: s (the S accumulator) -> P8 A fragments pa and the
+  // online-softmax update of st.m; alpha = the factor acc and l must be rescaled by before this
+  // tile's P.V is added. Element 4j + i: row slot i >> 1, key 8j + 2t + (i & 1).
+  FP8ATTN_DEVICE static void softmax(float (&s)[32], int tile, bool need_mask, const int32_t lo[2], const int32_t hi[2],
+                                     const LogitsTransform logits[2], const PQuant& pq, int t, FwdState<Policy>& st,
+                                     float alpha[2], uint32_t pa[8]) {
+    constexpr float kNegInf = -INFINITY;
+    // Without softcap the logit scale is folded into the exponent's FMA (the max commutes with a
+    // positive scale); with softcap s is transformed first.
+    const bool fold = !logits[0].has_softcap && logits[0].scale_log2 > 0.f && logits[1].scale_log2 > 0.f;
+    float sc[2] = {1.f, 1.f};
+    if (fold) {
+      sc[0] = logits[0].scale_log2;
+      sc[1] = logits[1].scale_log2;
+    } else {
+#pragma unroll
+      for (int e = 0; e < 32; ++e) s[e] = logits[(e & 3) >> 1](s[e]);
+    }
+    float mx[2] = {kNegInf, kNegInf};
+#pragma unroll
+    for (int e = 0; e < 32; ++e) {
+      const int ri = (e & 3) >> 1;
+      if (need_mask) {  // the row's visible keys are [lo, hi) (Mask::visible as an interval)
+        const int32_t key = tile * kBN + 8 * (e >> 2) + 2 * t + (e & 1);
+        s[e] = (key >= lo[ri] && key < hi[ri]) ? s[e] : kNegInf;
+      }
+      mx[ri] = fmaxf(mx[ri], s[e]);
+    }
+    float neg_m[2];
+#pragma unroll
+    for (int ri = 0; ri < 2; ++ri) {
+      mx[ri] = fmaxf(mx[ri], __shfl_xor_sync(0xffffffffu, mx[ri], 1));
+      mx[ri] = fmaxf(mx[ri], __shfl_xor_sync(0xffffffffu, mx[ri], 2));
+      const float m_new = fmaxf(st.m[ri], mx[ri] * sc[ri]);
+      const float m_use = m_new == kNegInf ? 0.f : m_new;  // nothing visible yet: p = 0, alpha = 0 (acc, l are 0)
+      alpha[ri] = nv::exp2_approx(st.m[ri] - m_use);
+      neg_m[ri] = -m_use;
+      st.m[ri] = m_new;
+    }
+    // A register r of 32-key step kk: row slot r & 1, S blocks j = 4kk + 2(r >> 1) and j + 1.
+#pragma unroll
+    for (int w = 0; w < 8; ++w) {
+      const int kk = w >> 2, r = w & 3, ri = r & 1, j = 4 * kk + 2 * (r >> 1);
+      const float pin[4] = {nv::exp2_approx(fmaf(s[4 * j + 2 * ri], sc[ri], neg_m[ri])),
+                            nv::exp2_approx(fmaf(s[4 * j + 2 * ri + 1], sc[ri], neg_m[ri])),
+                            nv::exp2_approx(fmaf(s[4 * (j + 1) + 2 * ri], sc[ri], neg_m[ri])),
+                            nv::exp2_approx(fmaf(s[4 * (j + 1) + 2 * ri + 1], sc[ri], neg_m[ri]))};
+      pa[w] = pq.codes4(pin);
+    }
+  }
+
+  // acc, l *= alpha, skipped when it is exactly 1 for the whole warp (the row maxima settled).
+  FP8ATTN_DEVICE static void rescale(const float alpha[2], FwdState<Policy>& st) {
+    if (__all_sync(0xffffffffu, alpha[0] == 1.f && alpha[1] == 1.f)) return;
+#pragma unroll
+    for (int n = 0; n < Policy::kNTilesO; ++n) {
+      st.acc[n][0] *= alpha[0];
+      st.acc[n][1] *= alpha[0];
+      st.acc[n][2] *= alpha[1];
+      st.acc[n][3] *= alpha[1];
+    }
+    st.l[0] *= alpha[0];
+    st.l[1] *= alpha[1];
+  }
+
+  struct Consumer {
+    int wg;      // consumer warpgroup: rows 64 * wg .. of the block
+    int g = 0;   // tiles consumed so far (all items)
+    int qn = 0;  // work items started so far
+
+    // wgmma descriptors of slot 0 / k step 0; a descriptor's low bits are the start address / 16,
+    // so the other slots and k steps are constant offsets (within a 256 KiB shared window).
+    uint64_t dk0, dvt0, dones;
+    FP8ATTN_DEVICE Consumer(int w, uint8_t* smem)
+        : wg(w),
+          dk0(QK::desc(k_buf(smem, 0), kBN, 0, 0)),
+          dvt0(VT::desc(vt_buf(smem, 0), kD, 0, 0)),
+          dones(VT::desc(smem + Policy::kOffOnes, 8, 0, 0)) {}
+    // Byte offset of k step ks (32 bytes of d) in a Q or K tile of `rows` rows.
+    FP8ATTN_HD static constexpr int qk_step(int rows, int ks) {
+      return (32 * ks / Policy::kSw) * rows * Policy::kSw + (32 * ks) % Policy::kSw;
+    }
+
+    // Issues S = Q.K^T of the tile in `slot` (asynchronous: one commit group).
+    FP8ATTN_DEVICE void issue_qk(float (&s)[32], uint64_t dq, Barriers* bars, int slot, uint32_t phase) const {
+      const uint64_t dk = dk0 + ((slot * Policy::kKBytes) >> 4);
+      nv::mbar_wait(&bars->k_full[slot], phase);
+      nv::wgmma_fence();
+#pragma unroll
+      for (int ks = 0; ks < kD / 32; ++ks)
+        nv::Wgmma<64>::ss(s, dq + (qk_step(Policy::kBlockM, ks) >> 4), dk + (qk_step(kBN, ks) >> 4), ks);
+      nv::wgmma_commit();
+    }
+    // Issues acc += P8.Vt and lt = P8.1 (this tile's row sums, promoted to fp32 by the caller:
+    // the FP8 tensor cores' sums are not fp32-exact, so l must not accumulate there over all tiles).
+    FP8ATTN_DEVICE void issue_pv(float (&acc)[kD / 2], float (&lt)[4], const uint32_t pa[8], Barriers* bars, int slot,
+                                 uint32_t phase) const {
+      const uint64_t dv = dvt0 + ((slot * Policy::kVtBytes) >> 4);
+      nv::mbar_wait(&bars->v_full[slot], phase);
+      nv::wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < 2; ++kk) {
+        nv::Wgmma<kD>::rs(acc, pa + 4 * kk, dv + 2 * kk, 1);
+        nv::Wgmma<8>::rs(lt, pa + 4 * kk, dones + 2 * kk, kk);
+      }
+      nv::wgmma_commit();
+    }
+
+    // The item's KV loop, software-pipelined inside the warpgroup: S of tile i+1 and P.V of tile i
+    // are issued together, and P.V runs on the tensor cores while the softmax of tile i+1 runs on
+    // the CUDA cores; acc and l are rescaled once P.V of tile i has landed.
+    FP8ATTN_DEVICE void item(const FwdParams& p, const BlockCtx& c, const ThreadRows<Tile>& tr, const PQuant& pq,
+                             uint8_t* smem, Barriers* bars, FwdState<Policy>& st) {
+      const int t = threadIdx.x % 4;
+      int32_t lo[2], hi[2];
+#pragma unroll
+      for (int ri = 0; ri < 2; ++ri) {
+        int64_t l = 0, h = c.seq.k_len;
+        if (Problem::kHasMask) {
+          const int64_t base = static_cast<int64_t>(tr.qrow[ri]) + c.mask.shift;
+          if (c.mask.left >= 0) l = base - c.mask.left > 0 ? base - c.mask.left : 0;
+          if (c.mask.right >= 0) h = base + c.mask.right + 1 < h ? base + c.mask.right + 1 : h;
+        }
+        lo[ri] = static_cast<int32_t>(l < c.seq.k_len ? l : c.seq.k_len);
+        hi[ri] = static_cast<int32_t>(h > lo[ri] ? h : lo[ri]);
+      }
+      const auto need_mask = [&](int tile) {
+        const int k0 = tile * kBN;
+        return Problem::kHasMask ? !c.mask.tile_fully_visible(c.qrow0, c.qrow1, k0, k0 + kBN) : k0 + kBN > c.seq.k_len;
+      };
+      const int qs = qn & 1;
+      const uint64_t dq = QK::desc(q_buf(smem, qs), Policy::kBlockM, 64 * wg, 0);
+      float s[32], lt[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+      for (int e = 0; e < 32; ++e) s[e] = 0.f;
+      float(&acc)[kD / 2] = reinterpret_cast<float(&)[kD / 2]>(st.acc);
+      nv::mbar_wait(&bars->q_full[qs], (qn >> 1) & 1);
+      ++qn;
+      if (c.tile_begin < c.tile_end) {
+        uint32_t pa[8];
+        float alpha[2];
+        int slot = g % kStages;
+        uint32_t phase = (g / kStages) & 1;
+        issue_qk(s, dq, bars, slot, phase);
+        nv::wgmma_wait<0>();
+        softmax(s, c.tile_begin, need_mask(c.tile_begin), lo, hi, tr.logits, pq, t, st, alpha, pa);
+        // (acc and l are 0: no rescale before the first tile)
+#pragma unroll 1
+        for (int tile = c.tile_begin + 1; tile < c.tile_end; ++tile) {
+          const int nslot = (g + 1) % kStages;
+          const uint32_t nphase = ((g + 1) / kStages) & 1;
+          issue_qk(s, dq, bars, nslot, nphase);
+          issue_pv(acc, lt, pa, bars, slot, phase);
+          nv::wgmma_wait<1>();  // S of the next tile (P.V of this one stays in flight)
+          uint32_t pn[8];
+          softmax(s, tile, need_mask(tile), lo, hi, tr.logits, pq, t, st, alpha, pn);
+          nv::wgmma_wait<0>();
+          nv::mbar_arrive(&bars->empty[slot]);
+          st.l[0] += lt[0];
+          st.l[1] += lt[2];
+          rescale(alpha, st);
+#pragma unroll
+          for (int w = 0; w < 8; ++w) pa[w] = pn[w];
+          ++g;
+          slot = nslot;
+          phase = nphase;
+        }
+        issue_pv(acc, lt, pa, bars, slot, phase);
+        nv::wgmma_wait<0>();
+        nv::mbar_arrive(&bars->empty[slot]);
+        st.l[0] += lt[0];
+        st.l[1] += lt[2];
+        ++g;
+      }
+      nv::mbar_arrive(&bars->q_empty[qs]);
+      // Every lane of a quad holds the whole row sum; the epilogue sums the quad (Tile::row_sum),
+      // so hand it a quarter (exact: a power of two).
+      st.l[0] *= 0.25f;
+      st.l[1] *= 0.25f;
+    }
+  };
+#endif  // FP8ATTN_NV_WGMMA
+};
+
+}  // namespace fp8attn

@@ -1,0 +1,69 @@
+// The Policy of the Hopper warp-specialized pipeline (pipeline_wgmma.h): one producer warpgroup
+// (copies and the V transpose) and two consumer warpgroups of 64 packed query rows each, a ring
+// of kStages KV tiles of 64 keys (the kv tile every implementation quantizes P on), head dims
+// 64 / 128 / 256 and e4m3fn (the FP8 wgmma reads OCP e4m3; fnuz stays on the portable pipeline).
+//
+// Persistent: a block per SM loops over the (m block, batch x kv head, split) work items, so the
+// producer loads the next item's Q and first KV tiles while the consumers finish the current one.
+//
+// Shared memory (bytes; every operand tile starts on a 1024-byte boundary):
+//   Q     x 2 [kBlockM][kD]    swizzled K-major (kSw-byte column blocks), A of S = Q.K^T; two
+//                              buffers: the next work item's Q lands while the current one is in use
+//   K     x kStages [kBlockN][kD]    swizzled K-major, B of S = Q.K^T
+//   Vt    x kStages [kD][kBlockN]    V transposed, keys permuted (see the pipeline), 64B swizzle, B of O += P.V
+//   Vraw  x kStages [kBlockN][kVrawStride]  V as copied (natural [key][d]), input of the transpose
+//   ones  [8][64]                  FP8 1.0: B of l += P.1 (the row sums of P8 on the tensor cores)
+//   barriers: q_full[2], q_empty[2], k_full[kStages], v_full[kStages], empty[kStages]
+#pragma once
+#include <cstdint>
+
+#include "../arch/nv_wgmma.h"
+#include "problem.h"
+
+namespace fp8attn {
+
+template <class Problem>
+struct FwdPolicyNvWgmma {
+  static constexpr int kD = Problem::kHeadDim;
+  static_assert(kD == 64 || kD == 128 || kD == 256, "wgmma pipeline: head dims 64, 128, 256");
+  static_assert(Problem::kFp8 == Fp8Kind::E4M3FN, "wgmma pipeline: e4m3fn only");
+  static constexpr int kConsumers = 2;  // consumer warpgroups
+  static constexpr int kThreads = 128 * (1 + kConsumers);
+  static constexpr int kBlockM = 64 * kConsumers;
+  static constexpr int kBlockN = kDefaultKvTile;
+  static_assert(kBlockN == 64, "the P fragment / Vt layout assumes 64-key tiles");
+  static constexpr int kStages = kD <= 128 ? 4 : 3;
+  static constexpr int kNTilesO = kD / 8;  // n8 blocks of the O accumulator
+  static constexpr int kChunks = kD / 16;  // 16-byte chunks per Q / K / V row
+  static constexpr int kSw = kD >= 128 ? 128 : 64;
+  using QK = nv::SwizzledTile<kSw>;  // Q and K tiles
+  using VT = nv::SwizzledTile<64>;   // Vt rows are the 64 keys of a tile
+  // +16 bytes per row and chunks XOR-ed with bit 4 of the key: the transpose's 32 lanes read 32 banks.
+  static constexpr int kVrawStride = kD + 16;
+
+  static constexpr int kQBytes = kBlockM * kD;
+  static constexpr int kKBytes = kBlockN * kD;
+  static constexpr int kVtBytes = kD * kBlockN;
+  static constexpr int kVrawBytes = kBlockN * kVrawStride;
+  static constexpr bool kPersistent = true;
+  static constexpr int kOffQ = 0;
+  static constexpr int kOffK = kOffQ + 2 * kQBytes;
+  static constexpr int kOffVt = kOffK + kStages * kKBytes;
+  static constexpr int kOffVraw = kOffVt + kStages * kVtBytes;
+  static constexpr int kOffOnes = kOffVraw + kStages * kVrawBytes;
+  static constexpr int kOffBar = kOffOnes + 512;
+  static_assert(kOffK % 1024 == 0 && kOffVt % 1024 == 0 && kKBytes % 1024 == 0 && kVtBytes % 1024 == 0 &&
+                    kOffOnes % 512 == 0,
+                "swizzled tiles must start on 1024-byte boundaries");
+  static constexpr int kSmemBytes = kOffBar + 8 * (4 + 3 * kStages) + 1024;  // + the base's alignment slack
+
+  // Register reallocation (setmaxnreg): the producer gives registers to the consumers when the
+  // O accumulator needs them (D = 256: 128 fp32 per thread); 0 = no reallocation.
+  static constexpr int kProducerRegs = kD > 128 ? 56 : 0;
+  static constexpr int kConsumerRegs = kD > 128 ? 224 : 0;
+
+  using Tile = nv::Sm89Tile<Problem::kFp8>;  // the accumulator row / column mapping (see nv_wgmma.h)
+  using PQuant = nv::PQuant<Problem::kFp8>;
+};
+
+}  // namespace fp8attn
