@@ -1,6 +1,7 @@
 // The op signatures (in schema order, see torch_bindings.cpp) and the per-device entry points.
 #pragma once
 #include <optional>
+#include <string>
 
 #include <ATen/ATen.h>
 
@@ -30,6 +31,7 @@ FwdArgs pack_forward_args(FP8ATTN_FORWARD_PARAMS);
       return_softmax_lse, kv_tile
 
 FP8ATTN_FORWARD_SIGNATURE(forward_cpu);
+std::string forward_kernel_cpu(FP8ATTN_FORWARD_PARAMS);
 
 void write_kv_cache_cpu(const at::Tensor& key, const at::Tensor& value, at::Tensor& key_cache, at::Tensor& value_cache,
                         const at::Tensor& slot_mapping, const std::optional<at::Tensor>& k_scale,

@@ -41,6 +41,13 @@ TORCH_LIBRARY(fp8attn, m) {
       "Tensor? seqused_k, int max_seqlen_q, int max_seqlen_k, Tensor? block_table, float softmax_scale, "
       "bool causal, int window_left, int window_right, float softcap, Tensor? q_descale, Tensor? k_descale, "
       "Tensor? v_descale, Tensor? p_scale, Tensor? out_scale, bool return_softmax_lse, int kv_tile) -> Tensor");
+  // The GPU kernel instance forward would run for these arguments ("cpu" on the CPU); out is not
+  // written. For tests and benchmarks that need to know which pipeline served a call.
+  m.def(
+      "forward_kernel(Tensor q, Tensor k, Tensor v, Tensor(a!) out, Tensor? cu_seqlens_q, Tensor? cu_seqlens_k, "
+      "Tensor? seqused_k, int max_seqlen_q, int max_seqlen_k, Tensor? block_table, float softmax_scale, "
+      "bool causal, int window_left, int window_right, float softcap, Tensor? q_descale, Tensor? k_descale, "
+      "Tensor? v_descale, Tensor? p_scale, Tensor? out_scale, bool return_softmax_lse, int kv_tile) -> str");
   m.def(
       "write_kv_cache(Tensor key, Tensor value, Tensor(a!) key_cache, Tensor(b!) value_cache, "
       "Tensor slot_mapping, Tensor? k_scale, Tensor? v_scale) -> ()");

@@ -157,6 +157,7 @@ def bench_prefill(shape, args, peers):
     out = torch.empty(B, S, H, D, device="cuda", dtype=FN)
     fn = lambda: fp8attn.forward(q8, k8, v8, causal=causal, p_scale=ps, out_scale=osc, out=out)  # noqa: E731
     t = time_ms(fn, args.warmup, args.reps)
+    row["kernel"] = fp8attn.kernel_name(q8, k8, v8, causal=causal, p_scale=ps, out_scale=osc, out=out)
     row["fp8attn"] = flops / t / 1e9
     row["fp8attn_ms"] = t
     row["fp8attn_err"] = rel_err(out[0, :, :2].float() * OUT_SCALE, ref)
@@ -201,7 +202,9 @@ def bench_varlen(cfg, args, peers):
     n0 = lens[0]
     ref = ideal(q8[:n0].float()[None], k8[:n0].float()[None], v8[:n0].float()[None], True, 1 / math.sqrt(D))
     row = dict(kind="varlen", B=len(lens), H=H, Hkv=Hkv, Sq=max(lens), Sk=max(lens), D=D, causal=True,
-               fp8attn=flops / t / 1e9, fp8attn_ms=t, fp8attn_err=rel_err(out[:n0, :2].float() * OUT_SCALE, ref))
+               fp8attn=flops / t / 1e9, fp8attn_ms=t, fp8attn_err=rel_err(out[:n0, :2].float() * OUT_SCALE, ref),
+               kernel=fp8attn.kernel_name(q8, k8, v8, cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=max(lens),
+                                          max_seqlen_k=max(lens), causal=True, p_scale=ps, out_scale=osc, out=out))
     return row
 
 
@@ -223,7 +226,9 @@ def bench_decode(cfg, args, peers):
     t = time_ms(fn, args.warmup, args.reps)
     kv_bytes = 2 * B * ctx * Hkv * D
     row = dict(kind="decode", B=B, H=H, Hkv=Hkv, Sq=qlen, Sk=ctx, D=D, causal=True, fp8attn=kv_bytes / t / 1e6,
-               fp8attn_ms=t)
+               fp8attn_ms=t, kernel=fp8attn.kernel_name(q8, kc, vc, cu_seqlens_q=cu_q, max_seqlen_q=qlen,
+                                                        max_seqlen_k=ctx, seqused_k=seqused, block_table=bt,
+                                                        causal=True, p_scale=ps, out_scale=osc, out=out))
     k0 = kc[bt[0].long()].reshape(1, ctx, Hkv, D).float()
     v0 = vc[bt[0].long()].reshape(1, ctx, Hkv, D).float()
     ref = ideal(q8[:qlen].float()[None], k0, v0, True, 1 / math.sqrt(D))
@@ -283,24 +288,24 @@ def table(rows):
     pre = [r for r in rows if r["kind"] in ("prefill", "varlen")]
     if pre:
         lines += ["| kind | B | H/Hkv | S | D | causal | SDPA bf16 flash | SDPA bf16 cuDNN | cuDNN FP8 | fp8attn "
-                  "| fp8attn err | cuDNN FP8 err |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+                  "| fp8attn err | cuDNN FP8 err | fp8attn kernel |", "|---" * 13 + "|"]
         for r in pre:
             lines.append(f"| {r['kind']} | {r['B']} | {r['H']}/{r['Hkv']} | {r['Sq']} | {r['D']} | {r['causal']} "
                          f"| {fmt(r.get('sdpa_flash'))} | {fmt(r.get('sdpa_cudnn'))} | {fmt(r.get('cudnn_fp8'))} | "
                          f"{fmt(r.get('fp8attn'))} | {fmt(r.get('fp8attn_err'), 4)} "
-                         f"| {fmt(r.get('cudnn_fp8_err'), 4)} |")
+                         f"| {fmt(r.get('cudnn_fp8_err'), 4)} | {r.get('kernel', '-')} |")
         lines.append("")
         lines.append("TFLOP/s (4·B·H·Sq·Sk·D / t, halved for causal); err = relative L2 error vs fp64.")
         lines.append("")
     dec = [r for r in rows if r["kind"] == "decode"]
     if dec:
         lines += ["| decode B | context | q_len | H/Hkv | D | SDPA bf16 flash | SDPA bf16 cuDNN | fp8attn (paged FP8) "
-                  "| fp8attn ms | err |", "|---|---|---|---|---|---|---|---|---|---|"]
+                  "| fp8attn ms | err | fp8attn kernel |", "|---|---|---|---|---|---|---|---|---|---|---|"]
         for r in dec:
             lines.append(f"| {r['B']} | {r['Sk']} | {r['Sq']} | {r['H']}/{r['Hkv']} | {r['D']} "
                          f"| {fmt(r.get('sdpa_flash'))} | {fmt(r.get('sdpa_cudnn'))} | {fmt(r.get('fp8attn'))} "
                          f"| {fmt(r.get('fp8attn_ms'), 4)} | "
-                         f"{fmt(r.get('fp8attn_err'), 4)} |")
+                         f"{fmt(r.get('fp8attn_err'), 4)} | {r.get('kernel', '-')} |")
         lines.append("")
         lines.append("GB/s of K+V read (bf16 dense for SDPA, FP8 paged for fp8attn).")
     return "\n".join(lines)

@@ -108,12 +108,19 @@ def forward(
                     out_scale=out_scale, out_dtype=out_dtype, out=out, return_softmax_lse=return_softmax_lse)
 
 
+def kernel_name(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, **kwargs) -> str:
+    """The kernel ``forward(q, k, v, **kwargs)`` would run, without running it: the GPU kernel
+    instance (e.g. ``"fwd_sm90a_hd128_e4m3fn_band"``: family, head dim, FP8 kind, mask kind) or
+    ``"cpu"``. Raises the errors ``forward`` would raise."""
+    return _forward(q, k, v, _op=torch.ops.fp8attn.forward_kernel, **kwargs)
+
+
 def _forward(q, k, v, *, cu_seqlens_q=None, cu_seqlens_k=None, seqused_k=None, max_seqlen_q=None, max_seqlen_k=None,
              block_table=None, softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0, q_descale=None,
              k_descale=None, v_descale=None, p_scale=None, out_scale=None, out_dtype=None, out=None,
-             return_softmax_lse=False, kv_tile: int = 0):
+             return_softmax_lse=False, kv_tile: int = 0, _op=None):
     """``forward`` with the implementation's KV tile exposed (0: its default), for tests that compare
-    implementations at equal tiling."""
+    implementations at equal tiling; ``_op`` replaces the op (same arguments: ``forward_kernel``)."""
     for name, x in (("q", q), ("k", k), ("v", v)):
         _check_tensor(x, name)
     for name, x in (("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k), ("seqused_k", seqused_k),
@@ -132,11 +139,13 @@ def _forward(q, k, v, *, cu_seqlens_q=None, cu_seqlens_k=None, seqused_k=None, m
     if softmax_scale is None:
         softmax_scale = 1.0 / math.sqrt(q.shape[-1]) if q.shape[-1] > 0 else 1.0
     left, right = _window(window_size)
-    lse = torch.ops.fp8attn.forward(
+    res = (_op or torch.ops.fp8attn.forward)(
         q, k, v, out, cu_seqlens_q, cu_seqlens_k, seqused_k, int(max_seqlen_q or 0), int(max_seqlen_k or 0),
         block_table, float(softmax_scale), bool(causal), left, right, float(softcap), q_descale, k_descale,
         v_descale, p_scale, out_scale, bool(return_softmax_lse), int(kv_tile))
-    return (out, lse) if return_softmax_lse else out
+    if _op is not None:
+        return res
+    return (out, res) if return_softmax_lse else out
 
 
 

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Compile-check the GPU kernel library with nvcc, without torch: every generated forward instance
-# (or the subset selected by FP8ATTN_HEAD_DIMS / FP8ATTN_FP8_KINDS), the dispatch table and the
-# host helpers, for sm_90a and sm_89. Also asserts that the e4m3 mma.sync atom is what the fn
-# instances use (the PTX must contain mma...e4m3.e4m3) and that no kernel spills registers.
+# (or the subset selected by FP8ATTN_HEAD_DIMS / FP8ATTN_FP8_KINDS), the Hopper wgmma family, the
+# dispatch table and the host helpers, for sm_90a and sm_89. Also asserts that the e4m3 mma.sync
+# atom is what the fn instances use (the PTX must contain mma...e4m3.e4m3), that the wgmma
+# instances issue FP8 wgmma, and reports register spills.
 #
 #   scripts/ci_nvcc_check.sh            # all instances, both archs
 #   JOBS=2 FP8ATTN_HEAD_DIMS=64,128 scripts/ci_nvcc_check.sh
@@ -13,7 +14,7 @@ JOBS=${JOBS:-2}
 ARCHS=${NVCC_CHECK_ARCHS:-"90a 89"}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-python3 csrc/kernels/generate.py --out-dir "$work/gen"
+python3 csrc/kernels/generate.py --out-dir "$work/gen" --sm90a
 "$NVCC" --version | tail -1
 
 gencode=""
@@ -43,5 +44,14 @@ if [ -n "$one" ]; then
   grep -q "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32" "$work/one.ptx" || { echo "e4m3 mma missing in $one"; exit 1; }
   grep -q "cvt.rn.satfinite.e4m3x2.f32" "$work/one.ptx" || { echo "hardware P quantization missing in $one"; exit 1; }
   echo "ok: e4m3 mma.sync + cvt.rn.satfinite.e4m3x2 present"
+fi
+# The Hopper instances must issue FP8 wgmma (QGMMA) for both products and the l row sums.
+one=$(ls "$work"/gen/fwd_sm90a_hd128_e4m3fn_nomask.cu 2>/dev/null | head -1 || true)
+if [ -n "$one" ]; then
+  "$NVCC" -std=c++17 -O3 -I csrc -arch=compute_90a -ptx "$one" -o "$work/wg.ptx"
+  for shape in m64n64k32 m64n128k32 m64n8k32; do
+    grep -q "wgmma.mma_async.sync.aligned.$shape.f32.e4m3.e4m3" "$work/wg.ptx" || { echo "wgmma $shape missing in $one"; exit 1; }
+  done
+  echo "ok: FP8 wgmma m64n64k32 / m64n128k32 / m64n8k32 present"
 fi
 echo "nvcc compile-check passed"

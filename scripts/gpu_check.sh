@@ -34,9 +34,16 @@ if [ -z "${SKIP_BUILD:-}" ]; then
   if ! ldd fp8attn/_C*.so | grep -q libstdc++; then echo "WARNING: _C links libstdc++ statically (CXX=$CXX)"; fi
 fi
 if [ -z "${SKIP_TESTS:-}" ]; then
-  echo "== GPU tests"
+  echo "== GPU tests (default pipelines)"
   python3 -m pytest -q -rs tests/gpu ${PYTEST_ARGS:-} 2>&1 | tee "$OUTDIR/tests_gpu.log" | tail -40
   [ "${PIPESTATUS[0]}" = 0 ] || rc=1
+  # On Hopper the default is the wgmma pipeline where it covers a call: run the suite again on the
+  # portable one, so both are verified on this card.
+  if python3 -c 'import sys, torch; sys.exit(torch.cuda.get_device_capability() != (9, 0))'; then
+    echo "== GPU tests (FP8ATTN_NV_PIPELINE=f16: the portable pipeline)"
+    FP8ATTN_NV_PIPELINE=f16 python3 -m pytest -q -rs tests/gpu ${PYTEST_ARGS:-} 2>&1 | tee "$OUTDIR/tests_gpu_f16.log" | tail -15
+    [ "${PIPESTATUS[0]}" = 0 ] || rc=1
+  fi
 fi
 if [ -z "${SKIP_SANITIZE:-}" ]; then
   for tool in memcheck racecheck; do

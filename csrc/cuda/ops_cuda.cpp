@@ -62,22 +62,38 @@ int32_t multiprocessors(c10::DeviceIndex dev) {
   return cache[dev];
 }
 
+void check_supported(const FwdParams& p) {
+  if (const char* why = fwd_unsupported_reason(p)) TORCH_CHECK_VALUE(false, "fp8attn.forward on CUDA: ", why);
+}
+
+// The instance for a supported call.
+const FwdInstance* instance_for(const at::Tensor& q, const FwdParams& p) {
+  const MaskKind mk = mask_kind_of(p);
+  const auto cc = device_cc(q.device().index());
+  const FwdInstance* inst = choose_fwd_instance(p, cc.first, cc.second);
+  TORCH_CHECK_VALUE(inst != nullptr, "fp8attn.forward on CUDA: no kernel for head_dim=", p.head_dim, ", ",
+                    p.fp8_kind == Fp8Kind::E4M3FN ? "e4m3fn" : "e4m3fnuz",
+                    mk == MaskKind::kBand ? ", masked" : ", unmasked", " in this build (built: ", built_instances(),
+                    "; set FP8ATTN_HEAD_DIMS / FP8ATTN_FP8_KINDS at build time)");
+  return inst;
+}
+
 }  // namespace
+
+std::string forward_kernel_cuda(FP8ATTN_FORWARD_PARAMS) {
+  const c10::cuda::CUDAGuard guard(q.device());
+  FwdPlan plan = make_fwd_params(pack_forward_args(FP8ATTN_FORWARD_ARGS));
+  check_supported(plan.params);
+  return instance_for(q, plan.params)->name;
+}
 
 FP8ATTN_FORWARD_SIGNATURE(forward_cuda) {
   const c10::cuda::CUDAGuard guard(q.device());
   FwdPlan plan = make_fwd_params(pack_forward_args(FP8ATTN_FORWARD_ARGS));
   FwdParams& p = plan.params;
-  if (const char* why = fwd_unsupported_reason(p)) TORCH_CHECK_VALUE(false, "fp8attn.forward on CUDA: ", why);
+  check_supported(p);
   if (p.batch == 0 || p.num_heads == 0 || p.seqlen_q == 0) return plan.lse;
-  const MaskKind mk = mask_kind_of(p);
-  const NvPipe pipe = choose_pipe(device_cc(q.device().index()).first, device_cc(q.device().index()).second);
-  const FwdInstance* inst = find_fwd_instance(pipe, p.head_dim, p.fp8_kind, mk);
-  TORCH_CHECK_VALUE(inst != nullptr, "fp8attn.forward on CUDA: no kernel for head_dim=", p.head_dim, ", ",
-                    pipe == NvPipe::kF16 ? "f16 pipeline, " : "e4m3 pipeline, ",
-                    p.fp8_kind == Fp8Kind::E4M3FN ? "e4m3fn" : "e4m3fnuz",
-                    mk == MaskKind::kBand ? ", masked" : ", unmasked", " in this build (built: ", built_instances(),
-                    "; set FP8ATTN_HEAD_DIMS / FP8ATTN_FP8_KINDS at build time)");
+  const FwdInstance* inst = instance_for(q, p);
   p.num_sm = multiprocessors(q.device().index());
   p.num_splits = split_override() > 0 ? std::min(split_override(), 128) : choose_num_splits(p, p.num_sm);
   at::Tensor o_accum, lse_accum;
@@ -134,6 +150,7 @@ void write_kv_cache_cuda(const at::Tensor& key, const at::Tensor& value, at::Ten
 
 TORCH_LIBRARY_IMPL(fp8attn, CUDA, m) {
   m.impl("forward", &forward_cuda);
+  m.impl("forward_kernel", &forward_kernel_cuda);
   m.impl("write_kv_cache", &write_kv_cache_cuda);
 }
 

@@ -1,7 +1,8 @@
 """A representative set of GPU calls for compute-sanitizer (memcheck, racecheck):
     compute-sanitizer --tool memcheck python3 tests/gpu/sanitize_cases.py
 Dense causal, varlen GQA with empty sequences, paged with shuffled blocks and NaN-poisoned slots,
-split-KV decode, head dims 64/80/128/256 where built, 16-bit q, FP8 and 16-bit out."""
+split-KV decode, head dims 64/80/128/256 where built, 16-bit q, FP8 and 16-bit out: on Hopper the
+wgmma pipeline (D 64/128/256 prefill), the decode pipeline and the portable one (D = 80 prefill)."""
 import os
 import sys
 
@@ -19,6 +20,8 @@ cases = [
     dict(layout="dense", D=64, Sq=17, Sk=300, q_dtype=torch.float16, out_dtype=torch.float16),
     dict(layout="paged", D=80, Sq=1, Sk=1000, H=32, Hkv=8, causal=True),
     dict(layout="dense", D=256, Sq=70, Sk=90, causal=True, out_dtype=FN),
+    dict(layout="paged", D=128, Sq=1, Sk=3000, H=32, Hkv=8, causal=True, out_dtype=FN),
+    dict(layout="dense", D=80, Sq=40, Sk=100, H=4, Hkv=4, window=(30, 0)),
 ]
 for split in ("1", ""):
     os.environ["FP8ATTN_NUM_SPLITS"] = split

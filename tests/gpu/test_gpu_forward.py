@@ -9,7 +9,18 @@ import torch
 from fp8attn.reference import ideal_attention
 
 sys.path.insert(0, os.path.dirname(__file__))
-from gpu_helpers import DEV, agreement, built_head_dims, call, lse_close, make_case  # noqa: E402
+from gpu_helpers import (  # noqa: E402
+    DEV,
+    WGMMA_LSE_TOL,
+    WGMMA_MIN_AGREEMENT,
+    agreement,
+    built_head_dims,
+    call,
+    is_wgmma,
+    kernel_of,
+    lse_close,
+    make_case,
+)
 
 FN, FNUZ = torch.float8_e4m3fn, torch.float8_e4m3fnuz
 BF16, FP16 = torch.bfloat16, torch.float16
@@ -29,14 +40,29 @@ def need_dim(d):
         pytest.skip(f"head dim {d} not built (FP8ATTN_HEAD_DIMS)")
 
 
-def check_vs_cpu(args, kw, min_frac=0.999):
+def _rel_err_vs_ideal(out, args, kw):
+    """Relative L2 error of an output (dequantized) against fp64 attention of the same inputs."""
+    rkw = {k_: v_ for k_, v_ in kw.items() if k_ not in ("window", "out_dtype", "out_scale", "p_scale")}
+    o_ref, _ = ideal_attention(*args, window_size=kw["window"], **rkw)
+    o = out.cpu().double()
+    if kw.get("out_scale") is not None:
+        o = o * float(kw["out_scale"])
+    return float((o - o_ref).norm() / o_ref.norm().clamp_min(1e-30))
+
+
+def check_vs_cpu(args, kw, min_frac=0.999, lse_tol=2e-3):
+    kernel = kernel_of(*args, device=DEV, **kw)
     gout, glse = call(*args, device=DEV, **kw)
     cout, clse = call(*args, device="cpu", **kw)
     torch.cuda.synchronize()
     frac, bad_nan = agreement(gout, cout)
-    assert not bad_nan, "GPU produced NaN where the CPU did not (poisoned output not fully written?)"
-    assert frac >= min_frac, f"only {frac:.5f} of outputs within 1 FP8 ulp of the CPU"
-    assert lse_close(glse, clse), "lse differs from the CPU"
+    assert not bad_nan, f"{kernel}: NaN where the CPU has none (poisoned output not fully written?)"
+    if is_wgmma(kernel):  # rounding noise of the FP8 tensor cores' sums (gpu_helpers.py), same fp64 error
+        min_frac, lse_tol = min(min_frac, WGMMA_MIN_AGREEMENT), max(lse_tol, WGMMA_LSE_TOL)
+        e_gpu, e_cpu = _rel_err_vs_ideal(gout, args, kw), _rel_err_vs_ideal(cout, args, kw)
+        assert e_gpu <= 1.05 * e_cpu + 1e-3, f"{kernel}: error vs fp64 {e_gpu:.5f}, CPU {e_cpu:.5f}"
+    assert frac >= min_frac, f"{kernel}: only {frac:.5f} of outputs within 1 FP8 ulp of the CPU"
+    assert lse_close(glse, clse, tol=lse_tol), f"{kernel}: lse differs from the CPU"
     return gout, glse
 
 
@@ -198,15 +224,6 @@ def test_cuda_graph_capture():
     assert torch.equal(glse, else_)
 
 
-def _rel_err_vs_ideal(out, args, kw):
-    rkw = {k_: v_ for k_, v_ in kw.items() if k_ not in ("window", "out_dtype", "out_scale", "p_scale")}
-    o_ref, _ = ideal_attention(*args, window_size=kw["window"], **rkw)
-    o = out.cpu().double()
-    if kw.get("out_scale") is not None:
-        o = o * float(kw["out_scale"])
-    return float((o - o_ref).norm() / o_ref.norm())
-
-
 def test_split_kv_decode(monkeypatch):
     """Flash-decoding (split KV + combine). Each split quantizes P against its own running max, so
     the result is not the CPU's tile for tile; it must be as accurate (vs fp64) as the CPU's."""
@@ -269,12 +286,13 @@ def test_large_row_offsets():
     q = torch.randn(B, Sq, H, D, device=DEV, dtype=BF16)
     k = torch.randn(1, 64, 1, D, device=DEV).to(FN)
     out = torch.empty(B, Sq, H, D, device=DEV, dtype=BF16)
-    torch.ops.fp8attn.forward(q, k, k, out, None, None, None, 0, 0, None, 0.125, False, -1, -1, 0.0,
-                              None, None, None, None, None, False, 0)
+    op_args = (q, k, k, out, None, None, None, 0, 0, None, 0.125, False, -1, -1, 0.0, None, None, None, None, None,
+               False, 0)
+    torch.ops.fp8attn.forward(*op_args)
     tail = slice(Sq - 3, Sq)
     cout, _ = call(q[:, tail].cpu(), k.cpu(), k.cpu(), device="cpu", softmax_scale=0.125)
     frac, bad = agreement(out[:, tail], cout)
-    assert not bad and frac >= 0.999
+    assert not bad and frac >= (WGMMA_MIN_AGREEMENT if is_wgmma(torch.ops.fp8attn.forward_kernel(*op_args)) else 0.999)
 
 
 # ---- rejected configurations ------------------------------------------------------------------

@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Builds the torch-free kernel checks of this folder for sm_90a with the CUDA toolkit on PATH (no
+# GPU needed: the binaries are statically linked against cudart and run on any H100/H200).
+#   tests/gpu/standalone/build.sh [OUTDIR]     (default build-standalone/)
+set -euo pipefail
+cd "$(dirname "$0")/../../.."
+out=${1:-build-standalone}
+mkdir -p "$out"
+NVCC=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
+for src in tests/gpu/standalone/*.cu; do
+  name=$(basename "$src" .cu)
+  "$NVCC" -std=c++17 -O3 -lineinfo -I csrc -gencode=arch=compute_90a,code=sm_90a -cudart static \
+    -Xptxas -v "$src" -o "$out/$name" 2>"$out/$name.ptxas.log" || { cat "$out/$name.ptxas.log"; exit 1; }
+  echo "built $out/$name"
+done
