@@ -48,7 +48,8 @@ fi
 if [ -z "${SKIP_SANITIZE:-}" ]; then
   for tool in memcheck racecheck; do
     echo "== compute-sanitizer --tool $tool"
-    compute-sanitizer --tool $tool --error-exitcode 9 python3 tests/gpu/sanitize_cases.py \
+    PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} compute-sanitizer --tool $tool --error-exitcode 9 \
+      python3 tests/gpu/sanitize_cases.py \
       >"$OUTDIR/sanitizer_$tool.log" 2>&1
     src=$?; echo "$tool rc=$src" | tee -a "$OUTDIR/sanitizer_$tool.log"; [ $src = 0 ] || rc=1
     tail -4 "$OUTDIR/sanitizer_$tool.log"
