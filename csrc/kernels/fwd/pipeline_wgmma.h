@@ -5,9 +5,8 @@
 //
 // Producer warpgroup (128 threads), per work item: Q -> Q[item % 2] (after the consumers released
 // that buffer), then per KV tile g (slot g % kStages): wait until the consumers released the
-// slot, cp.async K -> K[slot] (swizzled) and V -> Vraw[slot]. kStages - 2 tiles later (or before
-// it waits for a Q buffer that needs them) it finalizes tile g: when its copies have landed,
-// fence.proxy.async and arrive
+// slot, cp.async K -> K[slot] (swizzled) and V -> Vraw[slot]. kStages - 2 tiles later (and at item
+// boundaries) it finalizes tile g: when its copies have landed, fence.proxy.async and arrive
 // k_full; then (named barrier: every producer's part landed) transpose Vraw -> Vt in registers
 // (4x4 byte blocks), fence, arrive v_full.
 // Consumer warpgroup w (64 packed rows, 4 warps x 16), per tile: wait k_full; S = Q.K^T (m64n64k32,
@@ -88,7 +87,6 @@ struct FwdPipelineNvWgmma {
     int ptid;    // 0..127
     int g = 0;   // tiles issued so far (all items)
     int fz = 0;  // tiles finalized so far
-    int prev_first = 0;  // first tile of the latest item
     int qn = 0;  // work items started so far
     // copies: thread copies chunk ch of rows row0 + k * kRowStep (k < kLoadRows) of K and V
     int ch, row0;
@@ -177,24 +175,13 @@ struct FwdPipelineNvWgmma {
       nv::mbar_arrive(&bars->v_full[s]);
       ++fz;
     }
-    // Finalizes tiles until `end`, waiting for no more copies than those (the later ones stay in flight).
-    FP8ATTN_DEVICE void finalize_until(int end, uint8_t* smem, Barriers* bars) {
-      static_assert(kStages <= 4, "finalize_until waits for at most 2 later groups");
-      while (fz < end) {
-        const int later = g - 1 - fz;  // copy groups committed after tile fz's (< kStages - 1)
-        if (later >= 2) finalize<2>(smem, bars);
-        else if (later == 1) finalize<1>(smem, bars);
-        else finalize<0>(smem, bars);
-      }
+    FP8ATTN_DEVICE void drain(uint8_t* smem, Barriers* bars) {
+      while (fz < g) finalize<0>(smem, bars);
     }
-    FP8ATTN_DEVICE void drain(uint8_t* smem, Barriers* bars) { finalize_until(g, smem, bars); }
 
     FP8ATTN_DEVICE void item(const FwdParams& p, const BlockCtx& c, uint8_t* smem, Barriers* bars) {
-      // The Q buffer is released by the consumers when they finish the item before last: all its
-      // tiles must be finalized before waiting for it. The previous item's last tiles stay in
-      // flight (no bubble between items); the loop below finalizes them.
-      finalize_until(prev_first, smem, bars);
-      prev_first = g;
+      // Finish the previous item's tiles first: the consumers release Q only after their last one.
+      drain(smem, bars);
       const int qs = qn & 1;
       if (qn >= 2) nv::mbar_wait(&bars->q_empty[qs], ((qn >> 1) - 1) & 1);
       load_q(p, c, q_buf(smem, qs));
