@@ -18,7 +18,7 @@ struct DecodeConfig {
   static constexpr int kStages = kStages_;
   static constexpr bool kRowCopy = kRowCopy_;
 };
-using DecodeDefault = DecodeConfig<4>;
+using DecodeDefault = DecodeConfig<4>;  // measured best on the H200 (docs/gpu-kernels.md, decode_bench)
 constexpr int kDecodeMinTilesPerSplit = 2;  // a split streams at least 128 keys
 constexpr bool kDecodePdl = true;           // combine kernel by Programmatic Dependent Launch (sm_90+)
 constexpr int kDecodeMaxSplits = 128;       // = kMaxSplits (kernel.h; asserted in pipeline_decode.h)
