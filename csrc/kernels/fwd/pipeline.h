@@ -50,6 +50,18 @@ struct BlockCtx {
   int32_t tile_begin, tile_end;  // KV tiles this block (split) processes
 };
 
+// The 16 FP8 codes of chunk `ch` of packed row `r` of the block (zeros past its rows): q row
+// r / G of q head hkv * G + r % G (GQA packing, see kernel.h), quantized when q is 16-bit.
+template <Fp8Kind K>
+FP8ATTN_DEVICE uint4 load_q_chunk(const FwdParams& p, const BlockCtx& c, int r, int ch) {
+  const int mrow = c.m0 + r;
+  if (mrow >= c.rows) return make_uint4(0, 0, 0, 0);
+  const int32_t qrow = mrow / c.group, h = c.hkv * c.group + mrow % c.group;
+  const int64_t off = c.seq.q_offset + static_cast<int64_t>(qrow) * p.q_row_stride +
+                      static_cast<int64_t>(h) * p.q_head_stride + ch * 16;
+  return load_q16_codes<K>(p, off, h);
+}
+
 // Per-thread state: lane `lane` of warp w owns packed rows
 // m0 + w * Tile::kRowsPerWarp + Tile::row_in_warp(lane, ri), ri < Tile::kRows (NVIDIA: g, g + 8).
 template <class Policy>
@@ -72,14 +84,7 @@ struct FwdPipeline {
     uint8_t* sQ = smem + Policy::kOffQ;
     for (int i = threadIdx.x; i < Policy::kBlockM * (Policy::kDPad / 16); i += kThreads) {
       const int r = i / (Policy::kDPad / 16), ch = i % (Policy::kDPad / 16);
-      const int mrow = c.m0 + r;
-      uint4 val = make_uint4(0, 0, 0, 0);
-      if (mrow < c.rows && ch < Policy::kChunks) {
-        const int32_t qrow = mrow / c.group, h = c.hkv * c.group + mrow % c.group;
-        const int64_t off = c.seq.q_offset + static_cast<int64_t>(qrow) * p.q_row_stride +
-                            static_cast<int64_t>(h) * p.q_head_stride + ch * 16;
-        val = load_q16_codes<Problem::kFp8>(p, off, h);
-      }
+      const uint4 val = ch < Policy::kChunks ? load_q_chunk<Problem::kFp8>(p, c, r, ch) : make_uint4(0, 0, 0, 0);
       *reinterpret_cast<uint4*>(sQ + r * Policy::kRowStride + ch * 16) = val;
     }
   }

@@ -102,16 +102,8 @@ struct FwdPipelineNvF16 {
     uint8_t* sQ = smem + Policy::kOffQ;
     for (int i = threadIdx.x; i < Policy::kBlockM * Policy::kChunks; i += kThreads) {
       const int r = i / Policy::kChunks, ch = i % Policy::kChunks;
-      const int mrow = c.m0 + r;
-      uint4 codes = make_uint4(0, 0, 0, 0);
-      if (mrow < c.rows) {
-        const int32_t qrow = mrow / c.group, h = c.hkv * c.group + mrow % c.group;
-        const int64_t off = c.seq.q_offset + static_cast<int64_t>(qrow) * p.q_row_stride +
-                            static_cast<int64_t>(h) * p.q_head_stride + ch * 16;
-        codes = load_q16_codes<kFp8>(p, off, h);
-      }
       uint32_t h[8];
-      widen16(codes, h);
+      widen16(load_q_chunk<kFp8>(p, c, r, ch), h);
       uint4* dst = reinterpret_cast<uint4*>(sQ + r * Policy::kRow16 + ch * 32);
       dst[0] = make_uint4(h[0], h[1], h[2], h[3]);
       dst[1] = make_uint4(h[4], h[5], h[6], h[7]);

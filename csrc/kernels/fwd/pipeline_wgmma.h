@@ -53,7 +53,8 @@ struct FwdPipelineNvWgmma {
   // Barriers and the ones tile (FP8 1.0 = 0x38 in every byte: its layout needs no swizzle).
   FP8ATTN_DEVICE static void init(uint8_t* smem, Barriers* b) {
     for (int i = threadIdx.x; i < 512 / 16; i += blockDim.x)
-      reinterpret_cast<uint4*>(smem + Policy::kOffOnes)[i] = make_uint4(0x38383838u, 0x38383838u, 0x38383838u, 0x38383838u);
+      reinterpret_cast<uint4*>(smem + Policy::kOffOnes)[i] = make_uint4(0x38383838u, 0x38383838u, 0x38383838u,
+                                                                        0x38383838u);
     nv::fence_proxy_async();
     if (threadIdx.x == 0) {
       for (int i = 0; i < 2; ++i) {
@@ -111,14 +112,7 @@ struct FwdPipelineNvWgmma {
     FP8ATTN_DEVICE void load_q(const FwdParams& p, const BlockCtx& c, uint8_t* sQ) const {
       for (int i = ptid; i < Policy::kBlockM * Policy::kChunks; i += 128) {
         const int r = i / Policy::kChunks, cq = i % Policy::kChunks;
-        const int mrow = c.m0 + r;
-        uint4 codes = make_uint4(0, 0, 0, 0);
-        if (mrow < c.rows) {
-          const int32_t qrow = mrow / c.group, h = c.hkv * c.group + mrow % c.group;
-          const int64_t off = c.seq.q_offset + static_cast<int64_t>(qrow) * p.q_row_stride +
-                              static_cast<int64_t>(h) * p.q_head_stride + cq * 16;
-          codes = load_q16_codes<Problem::kFp8>(p, off, h);
-        }
+        const uint4 codes = load_q_chunk<Problem::kFp8>(p, c, r, cq);
         *reinterpret_cast<uint4*>(sQ + QK::offset(Policy::kBlockM, r, 16 * cq)) = codes;
       }
     }
@@ -300,11 +294,13 @@ struct FwdPipelineNvWgmma {
     }
     // Issues acc += P8.Vt and lt = P8.1 (this tile's row sums, promoted to fp32 by the caller:
     // the FP8 tensor cores' sums are not fp32-exact, so l must not accumulate there over all tiles).
+    // No wgmma.fence of its own: in the loop it follows issue_qk, whose fence already orders every
+    // register write of the iteration (acc rescale, P8); a second fence between the two groups
+    // makes ptxas serialize all wgmmas (C7513), which undoes the overlap with the softmax.
     FP8ATTN_DEVICE void issue_pv(float (&acc)[kD / 2], float (&lt)[4], const uint32_t pa[8], Barriers* bars, int slot,
                                  uint32_t phase) const {
       const uint64_t dv = dvt0 + ((slot * Policy::kVtBytes) >> 4);
       nv::mbar_wait(&bars->v_full[slot], phase);
-      nv::wgmma_fence();
 #pragma unroll
       for (int kk = 0; kk < 2; ++kk) {
         nv::Wgmma<kD>::rs(acc, pa + 4 * kk, dv + 2 * kk, 1);
@@ -372,6 +368,7 @@ struct FwdPipelineNvWgmma {
           slot = nslot;
           phase = nphase;
         }
+        nv::wgmma_fence();  // acc and P8 were last written by the CUDA cores
         issue_pv(acc, lt, pa, bars, slot, phase);
         nv::wgmma_wait<0>();
         nv::mbar_arrive(&bars->empty[slot]);

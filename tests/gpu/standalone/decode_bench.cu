@@ -18,6 +18,7 @@
 #include <cstring>
 #include <string>
 
+#include "cuda_check.h"
 #include "kernels/fwd/api.cu"  // choose_num_splits: the split count the torch entry point takes
 #include "kernels/fwd/launch.h"
 #include "kernels/fwd/pipeline_decode.h"
@@ -30,15 +31,6 @@ const FwdInstance* fwd_instances(int* count) {  // api.cu's instance table: not 
 }  // namespace fp8attn
 
 using namespace fp8attn;
-
-#define CK(x)                                                                                \
-  do {                                                                                       \
-    cudaError_t e_ = (x);                                                                    \
-    if (e_ != cudaSuccess) {                                                                 \
-      std::printf("CUDA error %s at %s:%d\n", cudaGetErrorString(e_), __FILE__, __LINE__); \
-      std::exit(2);                                                                          \
-    }                                                                                        \
-  } while (0)
 
 constexpr int kH = 32, kHkv = 8, kD = 128, kPage = 16, kPoisonBlocks = 16;
 constexpr double kCopyGBs = 4256.0;

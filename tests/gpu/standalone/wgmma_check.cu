@@ -11,19 +11,11 @@
 #include <random>
 #include <vector>
 
+#include "cuda_check.h"
 #include "kernels/fwd/kernel_wgmma.h"
-#include "kernels/fwd/pipeline_f16.h"
+#include "kernels/fwd/pipeline_decode.h"
 
 using namespace fp8attn;
-
-#define CK(x)                                                                                \
-  do {                                                                                       \
-    cudaError_t e_ = (x);                                                                    \
-    if (e_ != cudaSuccess) {                                                                 \
-      std::printf("CUDA error %s at %s:%d\n", cudaGetErrorString(e_), __FILE__, __LINE__); \
-      std::exit(2);                                                                          \
-    }                                                                                        \
-  } while (0)
 
 template <int D, MaskKind M>
 void launch(bool wgmma, const FwdParams& p) {
