@@ -3,7 +3,7 @@
 # (or the subset selected by FP8ATTN_HEAD_DIMS / FP8ATTN_FP8_KINDS), the Hopper wgmma family, the
 # dispatch table and the host helpers, for sm_90a and sm_89. Also asserts that the e4m3 mma.sync
 # atom is what the fn instances use (the PTX must contain mma...e4m3.e4m3), that the wgmma
-# instances issue FP8 wgmma, and reports register spills.
+# instances issue FP8 wgmma, and reports register spills and ptxas-serialized wgmma (C7513).
 #
 #   scripts/ci_nvcc_check.sh            # all instances, both archs
 #   JOBS=2 FP8ATTN_HEAD_DIMS=64,128 scripts/ci_nvcc_check.sh
@@ -29,6 +29,9 @@ compile() {  # $1 = source
   fi
   if grep "spill stores" "$work/$base.log" | grep -vq " 0 bytes spill stores"; then
     echo "warning: register spills in $base: $(grep "spill stores" "$work/$base.log" | grep -v " 0 bytes spill" | sort -u | tr -s ' ' | paste -sd';')"
+  fi
+  if grep -q "C7513" "$work/$base.log"; then  # ptxas info, not a warning: wgmmas waited for one by one
+    echo "warning: wgmma serialized by ptxas (C7513) in $base"
   fi
   echo "ok: $base"
 }
