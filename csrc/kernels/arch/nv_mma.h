@@ -145,6 +145,22 @@ struct PQuant {
       return fp8_quantize4<K>(p, inv_p_scale, unused);
     }
   }
+  // Codes of sat(q[i]) packed little-endian, for q = p / p_scale already (the wgmma pipeline
+  // folds 1 / p_scale into the exponent: exp2(x + log2(1 / p_scale)) = exp2(x) / p_scale).
+  FP8ATTN_DEVICE uint32_t codes4_scaled(const float q[4]) const {
+#if FP8ATTN_NV_FP8_MMA
+    if constexpr (K == Fp8Kind::E4M3FN) {
+      uint16_t lo, hi;
+      asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;\n" : "=h"(lo) : "f"(q[1]), "f"(q[0]));
+      asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;\n" : "=h"(hi) : "f"(q[3]), "f"(q[2]));
+      return static_cast<uint32_t>(lo) | (static_cast<uint32_t>(hi) << 16);
+    } else
+#endif
+    {
+      float unused[4];
+      return fp8_quantize4<K>(q, 1.f, unused);
+    }
+  }
   // Codes of sat(p[i] * inv_p_scale) packed little-endian; pq[i] = their values.
   FP8ATTN_DEVICE uint32_t quantize4(const float p[4], float pq[4]) const {
 #if FP8ATTN_NV_FP8_MMA

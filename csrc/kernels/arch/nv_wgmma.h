@@ -88,6 +88,19 @@ FP8ATTN_DEVICE void regs_alloc() {
 // ---- warpgroup MMA ------------------------------------------------------------------------
 FP8ATTN_DEVICE void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 FP8ATTN_DEVICE void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+// Pins registers at this point of the program: no CUDA-core write of a wgmma operand or
+// accumulator may move into the asynchronous stage between wgmma.fence and wgmma.wait (ptxas
+// would otherwise serialize every wgmma, C7513).
+template <int N>
+FP8ATTN_DEVICE void fence_operands(float (&r)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(r[i])::"memory");
+}
+template <int N>
+FP8ATTN_DEVICE void fence_operands(uint32_t (&r)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+r"(r[i])::"memory");
+}
 template <int kPending>
 FP8ATTN_DEVICE void wgmma_wait() {
   asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kPending) : "memory");

@@ -24,7 +24,10 @@ __global__ void __launch_bounds__(Policy::kThreads, 1) fwd_kernel_wgmma(const __
   const int32_t group = p.num_heads / p.num_heads_k;
   const int32_t nx = (p.seqlen_q * group + Policy::kBlockM - 1) / Policy::kBlockM * p.batch * p.num_heads_k;
   const int32_t total = nx * p.num_splits;
-  if (threadIdx.x < 128) {
+  // The warpgroup index through a shuffle: ptxas then knows the role branch is warp-uniform
+  // (a divergent path around wgmma makes it serialize every wgmma, info C7520).
+  const int wg_idx = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x / 128), 0);
+  if (wg_idx == 0) {
     if constexpr (Policy::kProducerRegs > 0) nv::regs_dealloc<Policy::kProducerRegs>();
     typename Pipe::Producer prod(static_cast<int>(threadIdx.x));
     for (int32_t item = blockIdx.x; item < total; item += gridDim.x) {

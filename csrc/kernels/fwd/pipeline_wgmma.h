@@ -202,10 +202,15 @@ struct FwdPipelineNvWgmma {
   // One KV tile for the thread's two rows: s (the S accumulator) -> P8 A fragments pa and the
   // online-softmax update of st.m; alpha = the factor acc and l must be rescaled by before this
   // tile's P.V is added. Element 4j + i: row slot i >> 1, key 8j + 2t + (i & 1).
-  FP8ATTN_DEVICE static void softmax(float (&s)[32], int tile, bool need_mask, const int32_t lo[2], const int32_t hi[2],
+  FP8ATTN_DEVICE static void softmax(const float (&s_acc)[32], int tile, bool need_mask, const int32_t lo[2], const int32_t hi[2],
                                      const LogitsTransform logits[2], const PQuant& pq, int t, FwdState<Policy>& st,
                                      float alpha[2], uint32_t pa[8]) {
     constexpr float kNegInf = -INFINITY;
+    // A copy: s_acc stays the next S wgmma's accumulator, which no CUDA-core instruction may
+    // write while the P.V wgmma is in flight (ptxas would serialize every wgmma, C7513).
+    float s[32];
+#pragma unroll
+    for (int e = 0; e < 32; ++e) s[e] = s_acc[e];
     // Without softcap the logit scale is folded into the exponent's FMA (the max commutes with a
     // positive scale); with softcap s is transformed first.
     const bool fold = !logits[0].has_softcap && logits[0].scale_log2 > 0.f && logits[1].scale_log2 > 0.f;
@@ -227,6 +232,8 @@ struct FwdPipelineNvWgmma {
       }
       mx[ri] = fmaxf(mx[ri], s[e]);
     }
+    // 1 / p_scale enters the exponent: one FMA per element instead of an FMA and a multiply.
+    const float log2_inv_p_scale = __log2f(pq.inv_p_scale);
     float neg_m[2];
 #pragma unroll
     for (int ri = 0; ri < 2; ++ri) {
@@ -235,7 +242,7 @@ struct FwdPipelineNvWgmma {
       const float m_new = fmaxf(st.m[ri], mx[ri] * sc[ri]);
       const float m_use = m_new == kNegInf ? 0.f : m_new;  // nothing visible yet: p = 0, alpha = 0 (acc, l are 0)
       alpha[ri] = nv::exp2_approx(st.m[ri] - m_use);
-      neg_m[ri] = -m_use;
+      neg_m[ri] = log2_inv_p_scale - m_use;
       st.m[ri] = m_new;
     }
     // A register r of 32-key step kk: row slot r & 1, S blocks j = 4kk + 2(r >> 1) and j + 1.
@@ -246,7 +253,7 @@ struct FwdPipelineNvWgmma {
                             nv::exp2_approx(fmaf(s[4 * j + 2 * ri + 1], sc[ri], neg_m[ri])),
                             nv::exp2_approx(fmaf(s[4 * (j + 1) + 2 * ri], sc[ri], neg_m[ri])),
                             nv::exp2_approx(fmaf(s[4 * (j + 1) + 2 * ri + 1], sc[ri], neg_m[ri]))};
-      pa[w] = pq.codes4(pin);
+      pa[w] = pq.codes4_scaled(pin);
     }
   }
 
@@ -283,10 +290,8 @@ struct FwdPipelineNvWgmma {
     }
 
     // Issues S = Q.K^T of the tile in `slot` (asynchronous: one commit group).
-    FP8ATTN_DEVICE void issue_qk(float (&s)[32], uint64_t dq, Barriers* bars, int slot, uint32_t phase) const {
+    FP8ATTN_DEVICE void issue_qk(float (&s)[32], uint64_t dq, int slot) const {
       const uint64_t dk = dk0 + ((slot * Policy::kKBytes) >> 4);
-      nv::mbar_wait(&bars->k_full[slot], phase);
-      nv::wgmma_fence();
 #pragma unroll
       for (int ks = 0; ks < kD / 32; ++ks)
         nv::Wgmma<64>::ss(s, dq + (qk_step(Policy::kBlockM, ks) >> 4), dk + (qk_step(kBN, ks) >> 4), ks);
@@ -297,10 +302,8 @@ struct FwdPipelineNvWgmma {
     // No wgmma.fence of its own: in the loop it follows issue_qk, whose fence already orders every
     // register write of the iteration (acc rescale, P8); a second fence between the two groups
     // makes ptxas serialize all wgmmas (C7513), which undoes the overlap with the softmax.
-    FP8ATTN_DEVICE void issue_pv(float (&acc)[kD / 2], float (&lt)[4], const uint32_t pa[8], Barriers* bars, int slot,
-                                 uint32_t phase) const {
+    FP8ATTN_DEVICE void issue_pv(float (&acc)[kD / 2], float (&lt)[4], const uint32_t pa[8], int slot) const {
       const uint64_t dv = dvt0 + ((slot * Policy::kVtBytes) >> 4);
-      nv::mbar_wait(&bars->v_full[slot], phase);
 #pragma unroll
       for (int kk = 0; kk < 2; ++kk) {
         nv::Wgmma<kD>::rs(acc, pa + 4 * kk, dv + 2 * kk, 1);
@@ -344,7 +347,10 @@ struct FwdPipelineNvWgmma {
         float alpha[2];
         int slot = g % kStages;
         uint32_t phase = (g / kStages) & 1;
-        issue_qk(s, dq, bars, slot, phase);
+        nv::mbar_wait(&bars->k_full[slot], phase);
+        nv::fence_operands(s);
+        nv::wgmma_fence();
+        issue_qk(s, dq, slot);
         nv::wgmma_wait<0>();
         softmax(s, c.tile_begin, need_mask(c.tile_begin), lo, hi, tr.logits, pq, t, st, alpha, pa);
         // (acc and l are 0: no rescale before the first tile)
@@ -352,12 +358,25 @@ struct FwdPipelineNvWgmma {
         for (int tile = c.tile_begin + 1; tile < c.tile_end; ++tile) {
           const int nslot = (g + 1) % kStages;
           const uint32_t nphase = ((g + 1) / kStages) & 1;
-          issue_qk(s, dq, bars, nslot, nphase);
-          issue_pv(acc, lt, pa, bars, slot, phase);
+          // Both waits come before the fence: a branch (the mbarrier spin) inside the stage
+          // between wgmma.fence and the last wgmma makes ptxas serialize every wgmma (C7519/C7513).
+          nv::mbar_wait(&bars->k_full[nslot], nphase);
+          nv::mbar_wait(&bars->v_full[slot], phase);
+          nv::fence_operands(s);
+          nv::fence_operands(acc);
+          nv::fence_operands(lt);
+          nv::fence_operands(pa);
+          nv::wgmma_fence();
+          issue_qk(s, dq, nslot);
+          issue_pv(acc, lt, pa, slot);
+          nv::fence_operands(s);
+          nv::fence_operands(acc);
+          nv::fence_operands(lt);
           nv::wgmma_wait<1>();  // S of the next tile (P.V of this one stays in flight)
           uint32_t pn[8];
           softmax(s, tile, need_mask(tile), lo, hi, tr.logits, pq, t, st, alpha, pn);
           nv::wgmma_wait<0>();
+          nv::fence_operands(pa);  // read by P.V until here: pn must not share its registers
           nv::mbar_arrive(&bars->empty[slot]);
           st.l[0] += lt[0];
           st.l[1] += lt[2];
@@ -368,8 +387,12 @@ struct FwdPipelineNvWgmma {
           slot = nslot;
           phase = nphase;
         }
+        nv::mbar_wait(&bars->v_full[slot], phase);
+        nv::fence_operands(acc);
+        nv::fence_operands(lt);
+        nv::fence_operands(pa);
         nv::wgmma_fence();  // acc and P8 were last written by the CUDA cores
-        issue_pv(acc, lt, pa, bars, slot, phase);
+        issue_pv(acc, lt, pa, slot);
         nv::wgmma_wait<0>();
         nv::mbar_arrive(&bars->empty[slot]);
         st.l[0] += lt[0];

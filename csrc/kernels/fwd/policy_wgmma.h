@@ -57,10 +57,12 @@ struct FwdPolicyNvWgmma {
                 "swizzled tiles must start on 1024-byte boundaries");
   static constexpr int kSmemBytes = kOffBar + 8 * (4 + 3 * kStages) + 1024;  // + the base's alignment slack
 
-  // Register reallocation (setmaxnreg): the producer gives registers to the consumers when the
-  // O accumulator needs them (D = 256: 128 fp32 per thread); 0 = no reallocation.
-  static constexpr int kProducerRegs = kD > 128 ? 56 : 0;
-  static constexpr int kConsumerRegs = kD > 128 ? 224 : 0;
+  // Register reallocation (setmaxnreg): the producer gives registers to the consumers, which
+  // hold S, P8 and the O accumulator live across the asynchronous wgmma stages (168 per thread
+  // spill at D = 128 once the wgmmas really overlap). 128 x 56 + 256 x 224 <= 64K; at D = 256
+  // (a 128-register O accumulator) 128 x 48 + 256 x 232 = 64K.
+  static constexpr int kProducerRegs = kD > 128 ? 48 : 56;
+  static constexpr int kConsumerRegs = kD > 128 ? 232 : 224;
 
   using Tile = nv::Sm89Tile<Problem::kFp8>;  // the accumulator row / column mapping (see nv_wgmma.h)
   using PQuant = nv::PQuant<Problem::kFp8>;
