@@ -59,10 +59,12 @@ struct FwdPolicyNvWgmma {
 
   // Register reallocation (setmaxnreg): the producer gives registers to the consumers, which
   // hold S, P8 and the O accumulator live across the asynchronous wgmma stages (168 per thread
-  // spill at D = 128 once the wgmmas really overlap). 128 x 56 + 256 x 224 <= 64K; at D = 256
-  // (a 128-register O accumulator) 128 x 48 + 256 x 232 = 64K.
-  static constexpr int kProducerRegs = kD > 128 ? 48 : 56;
+  // spill at D = 128 once the wgmmas really overlap). setmaxnreg.inc waits for registers the
+  // block got at launch (kThreads x 168), so the split must fit in them or it never returns.
+  static constexpr int kProducerRegs = kD > 128 ? 40 : 56;
   static constexpr int kConsumerRegs = kD > 128 ? 232 : 224;
+  static_assert(128 * kProducerRegs + 128 * kConsumers * kConsumerRegs <= kThreads * (65536 / kThreads / 8 * 8),
+                "register reallocation exceeds the block's launch allocation");
 
   using Tile = nv::Sm89Tile<Problem::kFp8>;  // the accumulator row / column mapping (see nv_wgmma.h)
   using PQuant = nv::PQuant<Problem::kFp8>;
