@@ -202,8 +202,7 @@ struct FwdPipelineNvWgmma {
   // One KV tile for the thread's two rows: s (the S accumulator) -> P8 A fragments pa and the
   // online-softmax update of st.m; alpha = the factor acc and l must be rescaled by before this
   // tile's P.V is added. Element 4j + i: row slot i >> 1, key 8j + 2t + (i & 1).
-  template <bool kMasked>
-  FP8ATTN_DEVICE static void softmax(const float (&s_acc)[32], int tile, const int32_t lo[2], const int32_t hi[2],
+  FP8ATTN_DEVICE static void softmax(const float (&s_acc)[32], int tile, bool need_mask, const int32_t lo[2], const int32_t hi[2],
                                      const LogitsTransform logits[2], const PQuant& pq, int t, FwdState<Policy>& st,
                                      float alpha[2], uint32_t pa[8]) {
     constexpr float kNegInf = -INFINITY;
@@ -227,7 +226,7 @@ struct FwdPipelineNvWgmma {
 #pragma unroll
     for (int e = 0; e < 32; ++e) {
       const int ri = (e & 3) >> 1;
-      if (kMasked) {  // the row's visible keys are [lo, hi) (Mask::visible as an interval)
+      if (need_mask) {  // the row's visible keys are [lo, hi) (Mask::visible as an interval)
         const int32_t key = tile * kBN + 8 * (e >> 2) + 2 * t + (e & 1);
         s[e] = (key >= lo[ri] && key < hi[ri]) ? s[e] : kNegInf;
       }
@@ -331,15 +330,9 @@ struct FwdPipelineNvWgmma {
         lo[ri] = static_cast<int32_t>(l < c.seq.k_len ? l : c.seq.k_len);
         hi[ri] = static_cast<int32_t>(h > lo[ri] ? h : lo[ri]);
       }
-      // Tiles that need no mask (most) run a softmax without the per-key compare and select.
-      const auto softmax_tile = [&](const float(&sv)[32], int tile, float alpha[2], uint32_t pv[8]) {
+      const auto need_mask = [&](int tile) {
         const int k0 = tile * kBN;
-        const bool masked = Problem::kHasMask ? !c.mask.tile_fully_visible(c.qrow0, c.qrow1, k0, k0 + kBN)
-                                              : k0 + kBN > c.seq.k_len;
-        if (masked)
-          softmax<true>(sv, tile, lo, hi, tr.logits, pq, t, st, alpha, pv);
-        else
-          softmax<false>(sv, tile, lo, hi, tr.logits, pq, t, st, alpha, pv);
+        return Problem::kHasMask ? !c.mask.tile_fully_visible(c.qrow0, c.qrow1, k0, k0 + kBN) : k0 + kBN > c.seq.k_len;
       };
       const int qs = qn & 1;
       const uint64_t dq = QK::desc(q_buf(smem, qs), Policy::kBlockM, 64 * wg, 0);
@@ -359,7 +352,7 @@ struct FwdPipelineNvWgmma {
         nv::wgmma_fence();
         issue_qk(s, dq, slot);
         nv::wgmma_wait<0>();
-        softmax_tile(s, c.tile_begin, alpha, pa);
+        softmax(s, c.tile_begin, need_mask(c.tile_begin), lo, hi, tr.logits, pq, t, st, alpha, pa);
         // (acc and l are 0: no rescale before the first tile)
 #pragma unroll 1
         for (int tile = c.tile_begin + 1; tile < c.tile_end; ++tile) {
@@ -381,7 +374,7 @@ struct FwdPipelineNvWgmma {
           nv::fence_operands(lt);
           nv::wgmma_wait<1>();  // S of the next tile (P.V of this one stays in flight)
           uint32_t pn[8];
-          softmax_tile(s, tile, alpha, pn);
+          softmax(s, tile, need_mask(tile), lo, hi, tr.logits, pq, t, st, alpha, pn);
           nv::wgmma_wait<0>();
           nv::fence_operands(pa);  // read by P.V until here: pn must not share its registers
           nv::mbar_arrive(&bars->empty[slot]);
