@@ -119,6 +119,12 @@ FP8ATTN_DEVICE void wgmma_wait() {
 #define FP8ATTN_F8(d, i)                                                                                    \
   "+f"(d[(i) + 0]), "+f"(d[(i) + 1]), "+f"(d[(i) + 2]), "+f"(d[(i) + 3]), "+f"(d[(i) + 4]), "+f"(d[(i) + 5]), \
       "+f"(d[(i) + 6]), "+f"(d[(i) + 7])
+// Output-only accumulators (scale-d = 0): the registers are not inputs, so CUDA-core code may
+// overwrite them while other wgmmas are in flight without ptxas serializing anything.
+#define FP8ATTN_O8(d, i)                                                                                    \
+  "=f"(d[(i) + 0]), "=f"(d[(i) + 1]), "=f"(d[(i) + 2]), "=f"(d[(i) + 3]), "=f"(d[(i) + 4]), "=f"(d[(i) + 5]), \
+      "=f"(d[(i) + 6]), "=f"(d[(i) + 7])
+#define FP8ATTN_O32(d, i) FP8ATTN_O8(d, i), FP8ATTN_O8(d, (i) + 8), FP8ATTN_O8(d, (i) + 16), FP8ATTN_O8(d, (i) + 24)
 #define FP8ATTN_F32(d, i) FP8ATTN_F8(d, i), FP8ATTN_F8(d, (i) + 8), FP8ATTN_F8(d, (i) + 16), FP8ATTN_F8(d, (i) + 24)
 #define FP8ATTN_F64(d, i) FP8ATTN_F32(d, i), FP8ATTN_F32(d, (i) + 32)
 #define FP8ATTN_F128(d) FP8ATTN_F64(d, 0), FP8ATTN_F64(d, 64)
@@ -129,6 +135,14 @@ struct Wgmma;
 
 template <>
 struct Wgmma<8> {
+  // d = A . B^T (d is overwritten, not read)
+  FP8ATTN_DEVICE static void rs_first(float (&d)[4], const uint32_t a[4], uint64_t b) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %9, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n8k32.f32.e4m3.e4m3 {%0, %1, %2, %3}, {%4, %5, %6, %7}, %8, p, 1, 1;\n}\n"
+        : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(0));
+  }
   FP8ATTN_DEVICE static void rs(float (&d)[4], const uint32_t a[4], uint64_t b, int accumulate) {
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %9, 0;\n"
@@ -140,6 +154,14 @@ struct Wgmma<8> {
 
 template <>
 struct Wgmma<64> {
+  // d = A . B^T (d is overwritten, not read)
+  FP8ATTN_DEVICE static void ss_first(float (&d)[32], uint64_t a, uint64_t b) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 {" FP8ATTN_REGS32 "}, %32, %33, p, 1, 1;\n}\n"
+        : FP8ATTN_O32(d, 0)
+        : "l"(a), "l"(b), "r"(0));
+  }
   FP8ATTN_DEVICE static void ss(float (&d)[32], uint64_t a, uint64_t b, int accumulate) {
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
@@ -185,6 +207,8 @@ struct Wgmma<256> {
 #undef FP8ATTN_REGS64
 #undef FP8ATTN_REGS128
 #undef FP8ATTN_F8
+#undef FP8ATTN_O8
+#undef FP8ATTN_O32
 #undef FP8ATTN_F32
 #undef FP8ATTN_F64
 #undef FP8ATTN_F128

@@ -202,15 +202,10 @@ struct FwdPipelineNvWgmma {
   // One KV tile for the thread's two rows: s (the S accumulator) -> P8 A fragments pa and the
   // online-softmax update of st.m; alpha = the factor acc and l must be rescaled by before this
   // tile's P.V is added. Element 4j + i: row slot i >> 1, key 8j + 2t + (i & 1).
-  FP8ATTN_DEVICE static void softmax(const float (&s_acc)[32], int tile, bool need_mask, const int32_t lo[2], const int32_t hi[2],
+  FP8ATTN_DEVICE static void softmax(float (&s)[32], int tile, bool need_mask, const int32_t lo[2], const int32_t hi[2],
                                      const LogitsTransform logits[2], const PQuant& pq, int t, FwdState<Policy>& st,
                                      float alpha[2], uint32_t pa[8]) {
     constexpr float kNegInf = -INFINITY;
-    // A copy: s_acc stays the next S wgmma's accumulator, which no CUDA-core instruction may
-    // write while the P.V wgmma is in flight (ptxas would serialize every wgmma, C7513).
-    float s[32];
-#pragma unroll
-    for (int e = 0; e < 32; ++e) s[e] = s_acc[e];
     // Without softcap the logit scale is folded into the exponent's FMA (the max commutes with a
     // positive scale); with softcap s is transformed first.
     const bool fold = !logits[0].has_softcap && logits[0].scale_log2 > 0.f && logits[1].scale_log2 > 0.f;
@@ -292,9 +287,12 @@ struct FwdPipelineNvWgmma {
     // Issues S = Q.K^T of the tile in `slot` (asynchronous: one commit group).
     FP8ATTN_DEVICE void issue_qk(float (&s)[32], uint64_t dq, int slot) const {
       const uint64_t dk = dk0 + ((slot * Policy::kKBytes) >> 4);
+      // The first k step overwrites s without reading it, so the softmax may rewrite s in place
+      // while other wgmmas are in flight.
+      nv::Wgmma<64>::ss_first(s, dq, dk);
 #pragma unroll
-      for (int ks = 0; ks < kD / 32; ++ks)
-        nv::Wgmma<64>::ss(s, dq + (qk_step(Policy::kBlockM, ks) >> 4), dk + (qk_step(kBN, ks) >> 4), ks);
+      for (int ks = 1; ks < kD / 32; ++ks)
+        nv::Wgmma<64>::ss(s, dq + (qk_step(Policy::kBlockM, ks) >> 4), dk + (qk_step(kBN, ks) >> 4), 1);
       nv::wgmma_commit();
     }
     // Issues acc += P8.Vt and lt = P8.1 (this tile's row sums, promoted to fp32 by the caller:
@@ -304,11 +302,10 @@ struct FwdPipelineNvWgmma {
     // makes ptxas serialize all wgmmas (C7513), which undoes the overlap with the softmax.
     FP8ATTN_DEVICE void issue_pv(float (&acc)[kD / 2], float (&lt)[4], const uint32_t pa[8], int slot) const {
       const uint64_t dv = dvt0 + ((slot * Policy::kVtBytes) >> 4);
-#pragma unroll
-      for (int kk = 0; kk < 2; ++kk) {
-        nv::Wgmma<kD>::rs(acc, pa + 4 * kk, dv + 2 * kk, 1);
-        nv::Wgmma<8>::rs(lt, pa + 4 * kk, dones + 2 * kk, kk);
-      }
+      nv::Wgmma<kD>::rs(acc, pa, dv, 1);
+      nv::Wgmma<8>::rs_first(lt, pa, dones);
+      nv::Wgmma<kD>::rs(acc, pa + 4, dv + 2, 1);
+      nv::Wgmma<8>::rs(lt, pa + 4, dones + 2, 1);
       nv::wgmma_commit();
     }
 
@@ -336,9 +333,7 @@ struct FwdPipelineNvWgmma {
       };
       const int qs = qn & 1;
       const uint64_t dq = QK::desc(q_buf(smem, qs), Policy::kBlockM, 64 * wg, 0);
-      float s[32], lt[4] = {0.f, 0.f, 0.f, 0.f};
-#pragma unroll
-      for (int e = 0; e < 32; ++e) s[e] = 0.f;
+      float s[32], lt[4];
       float(&acc)[kD / 2] = reinterpret_cast<float(&)[kD / 2]>(st.acc);
       nv::mbar_wait(&bars->q_full[qs], (qn >> 1) & 1);
       ++qn;
@@ -348,7 +343,6 @@ struct FwdPipelineNvWgmma {
         int slot = g % kStages;
         uint32_t phase = (g / kStages) & 1;
         nv::mbar_wait(&bars->k_full[slot], phase);
-        nv::fence_operands(s);
         nv::wgmma_fence();
         issue_qk(s, dq, slot);
         nv::wgmma_wait<0>();
@@ -362,16 +356,12 @@ struct FwdPipelineNvWgmma {
           // between wgmma.fence and the last wgmma makes ptxas serialize every wgmma (C7519/C7513).
           nv::mbar_wait(&bars->k_full[nslot], nphase);
           nv::mbar_wait(&bars->v_full[slot], phase);
-          nv::fence_operands(s);
           nv::fence_operands(acc);
-          nv::fence_operands(lt);
           nv::fence_operands(pa);
           nv::wgmma_fence();
           issue_qk(s, dq, nslot);
           issue_pv(acc, lt, pa, slot);
-          nv::fence_operands(s);
           nv::fence_operands(acc);
-          nv::fence_operands(lt);
           nv::wgmma_wait<1>();  // S of the next tile (P.V of this one stays in flight)
           uint32_t pn[8];
           softmax(s, tile, need_mask(tile), lo, hi, tr.logits, pq, t, st, alpha, pn);
@@ -389,7 +379,6 @@ struct FwdPipelineNvWgmma {
         }
         nv::mbar_wait(&bars->v_full[slot], phase);
         nv::fence_operands(acc);
-        nv::fence_operands(lt);
         nv::fence_operands(pa);
         nv::wgmma_fence();  // acc and P8 were last written by the CUDA cores
         issue_pv(acc, lt, pa, slot);
