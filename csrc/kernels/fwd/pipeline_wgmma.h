@@ -297,9 +297,9 @@ struct FwdPipelineNvWgmma {
     }
     // Issues acc += P8.Vt and lt = P8.1 (this tile's row sums, promoted to fp32 by the caller:
     // the FP8 tensor cores' sums are not fp32-exact, so l must not accumulate there over all tiles).
-    // No wgmma.fence of its own: in the loop it follows issue_qk, whose fence already orders every
-    // register write of the iteration (acc rescale, P8); a second fence between the two groups
-    // makes ptxas serialize all wgmmas (C7513), which undoes the overlap with the softmax.
+    // No wgmma.fence of its own: in the loop it follows issue_qk under the caller's one fence, which
+    // orders every register write of the iteration (acc rescale, P8); a second fence between the two
+    // groups makes ptxas serialize all wgmmas (C7513), which undoes the overlap with the softmax.
     FP8ATTN_DEVICE void issue_pv(float (&acc)[kD / 2], float (&lt)[4], const uint32_t pa[8], int slot) const {
       const uint64_t dv = dvt0 + ((slot * Policy::kVtBytes) >> 4);
       nv::Wgmma<kD>::rs(acc, pa, dv, 1);
