@@ -5,10 +5,13 @@
 #   scripts/gpu_check.sh [OUTDIR]          (default: gpu-results/)
 # Knobs (env): FP8ATTN_HEAD_DIMS / FP8ATTN_FP8_KINDS (build filter), TORCH_CUDA_ARCH_LIST (default:
 # this GPU, with the 'a' suffix on sm_90), MAX_JOBS, PYTEST_ARGS, BENCH_ARGS, SKIP_SANITIZE=1,
-# SKIP_BUILD=1, SKIP_TESTS=1, SKIP_BENCH=1, SKIP_PORTABLE=1 (no second test pass on Hopper).
+# SKIP_BUILD=1, SKIP_TESTS=1, SKIP_BENCH=1, SKIP_PORTABLE=1 (no second test pass on Hopper),
+# STEP_TIMEOUT (seconds per test / sanitizer / bench step, default 1200: a kernel that hangs fails
+# its step instead of the whole run).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUTDIR=${1:-gpu-results}
+T=${STEP_TIMEOUT:-1200}
 mkdir -p "$OUTDIR"
 export PATH=/usr/local/cuda/bin:$PATH
 export PYTHONUNBUFFERED=1
@@ -35,20 +38,20 @@ if [ -z "${SKIP_BUILD:-}" ]; then
 fi
 if [ -z "${SKIP_TESTS:-}" ]; then
   echo "== GPU tests (default pipelines)"
-  python3 -m pytest -q -rs tests/gpu ${PYTEST_ARGS:-} 2>&1 | tee "$OUTDIR/tests_gpu.log" | tail -40
+  timeout "$T" python3 -m pytest -q -rs tests/gpu ${PYTEST_ARGS:-} 2>&1 | tee "$OUTDIR/tests_gpu.log" | tail -40
   [ "${PIPESTATUS[0]}" = 0 ] || rc=1
   # On Hopper the default is the wgmma pipeline where it covers a call: run the suite again on the
   # portable one, so both are verified on this card.
   if [ -z "${SKIP_PORTABLE:-}" ] && python3 -c 'import sys, torch; sys.exit(torch.cuda.get_device_capability() != (9, 0))'; then
     echo "== GPU tests (FP8ATTN_NV_PIPELINE=f16: the portable pipeline)"
-    FP8ATTN_NV_PIPELINE=f16 python3 -m pytest -q -rs tests/gpu ${PYTEST_ARGS:-} 2>&1 | tee "$OUTDIR/tests_gpu_f16.log" | tail -15
+    FP8ATTN_NV_PIPELINE=f16 timeout "$T" python3 -m pytest -q -rs tests/gpu ${PYTEST_ARGS:-} 2>&1 | tee "$OUTDIR/tests_gpu_f16.log" | tail -15
     [ "${PIPESTATUS[0]}" = 0 ] || rc=1
   fi
 fi
 if [ -z "${SKIP_SANITIZE:-}" ]; then
   for tool in memcheck racecheck; do
     echo "== compute-sanitizer --tool $tool"
-    PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} compute-sanitizer --tool $tool --error-exitcode 9 \
+    PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} timeout "$T" compute-sanitizer --tool $tool --error-exitcode 9 \
       python3 tests/gpu/sanitize_cases.py \
       >"$OUTDIR/sanitizer_$tool.log" 2>&1
     src=$?; echo "$tool rc=$src" | tee -a "$OUTDIR/sanitizer_$tool.log"; [ $src = 0 ] || rc=1
@@ -57,6 +60,6 @@ if [ -z "${SKIP_SANITIZE:-}" ]; then
 fi
 if [ -z "${SKIP_BENCH:-}" ]; then
   echo "== bench"
-  python3 -m fp8attn.bench --out-dir "$OUTDIR" ${BENCH_ARGS:-} 2>"$OUTDIR/bench.err" || rc=1
+  timeout "$T" python3 -m fp8attn.bench --out-dir "$OUTDIR" ${BENCH_ARGS:-} 2>"$OUTDIR/bench.err" || rc=1
 fi
 exit $rc
