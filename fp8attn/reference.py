@@ -19,7 +19,7 @@ import torch
 from .ops import resolve_out_dtype
 from .quant import FP8_DTYPES, default_p_scale, fp8_max
 
-__all__ = ["ideal_attention", "quantized_attention", "sequences"]
+__all__ = ["QuantizedBounds", "ideal_attention", "quantized_attention", "quantized_attention_bounds", "sequences"]
 
 _LOG2E = 1.0 / math.log(2.0)
 
@@ -152,6 +152,64 @@ def quantized_attention(q, k, v, *, kv_tile: int | None = None, l_mode: str = "q
 
     Returns ``(out, lse)`` as ``forward`` does: out in the output dtype, lse float32.
     """
+    b = _quantized(q, k, v, kv_tile=kv_tile, l_mode=l_mode, tie_tol=None, softmax_scale=softmax_scale, causal=causal,
+                   window_size=window_size, softcap=softcap, q_descale=q_descale, k_descale=k_descale,
+                   v_descale=v_descale, p_scale=p_scale, out_scale=out_scale, out_dtype=out_dtype, **kw)
+    return b.out, b.lse
+
+
+@dataclass
+class QuantizedBounds:
+    """``quantized_attention``'s result and the range it spans over every rounding of the P codes that
+    lie on (within ``tie_tol`` of) an FP8 rounding boundary.
+
+    ``out`` / ``lse`` are exactly ``quantized_attention``'s; ``out_lo <= out <= out_hi`` and
+    ``lse_lo <= lse <= lse_hi`` elementwise (same dtypes). Rows without such a code (``tie`` False,
+    shaped like ``lse``) have ``out_lo == out == out_hi`` and ``lse_lo == lse == lse_hi``.
+    """
+
+    out: torch.Tensor
+    lse: torch.Tensor
+    out_lo: torch.Tensor
+    out_hi: torch.Tensor
+    lse_lo: torch.Tensor
+    lse_hi: torch.Tensor
+    tie: torch.Tensor
+
+
+def quantized_attention_bounds(q, k, v, *, tie_tol: float = 2.0**-20, kv_tile: int | None = None,
+                               l_mode: str = "quantized", **kw) -> QuantizedBounds:
+    """``quantized_attention`` plus the range an implementation with float32 logits may legitimately reach.
+
+    A P code sits on a tie when p / p_scale lies so close to an FP8 rounding boundary that the
+    rounding error of float32 logits can put it on either side. Each logit s (log2 units, against the
+    row max m) is taken as uncertain by ``tie_tol * max(1, |s|, |m|)``; every P code is rounded at both
+    ends of that range, and the online softmax is carried through with the low and the high codes,
+    bounding each output by interval arithmetic (exact: P is non-negative, the rescale factors are
+    shared). With ``tie_tol=0`` the bounds collapse onto ``quantized_attention``'s result.
+
+    Args:
+      tie_tol: relative logit uncertainty; the default (2^-20, 8 float32 ulps) covers the CPU
+        implementation's float32 dot product, scaling, tanh softcap and exp2.
+      kv_tile, l_mode: as for ``quantized_attention``; other keywords are ``forward``'s.
+    """
+    if tie_tol < 0:
+        raise ValueError(f"tie_tol must be >= 0, got {tie_tol}")
+    return _quantized(q, k, v, kv_tile=kv_tile, l_mode=l_mode, tie_tol=tie_tol, **kw)
+
+
+def _normalize(acc: torch.Tensor, l_sum: torch.Tensor, m: torch.Tensor, ps: float, v_scale: torch.Tensor):
+    """The epilogue: ``O = acc * p_scale * v_descale / l`` and ``lse = m ln2 + ln l`` (0 and -inf for empty rows)."""
+    empty = m == -math.inf
+    o = torch.where(empty, 0.0, acc * ps * v_scale / l_sum.clamp_min(1e-300))
+    lse = torch.where(empty, -math.inf, m / _LOG2E + torch.log(l_sum.clamp_min(1e-300))).squeeze(-1)
+    return o, lse
+
+
+def _quantized(q, k, v, *, kv_tile, l_mode, tie_tol, softmax_scale=None, causal=False, window_size=(-1, -1),
+               softcap=0.0, q_descale=None, k_descale=None, v_descale=None, p_scale=None, out_scale=None,
+               out_dtype=None, **kw) -> QuantizedBounds:
+    """The quantized reference; with ``tie_tol`` not None also the tie bounds (else they alias the result)."""
     if l_mode not in ("quantized", "exact"):
         raise ValueError(f"l_mode must be 'quantized' or 'exact', got {l_mode!r}")
     fp8 = k.dtype
@@ -159,7 +217,16 @@ def quantized_attention(q, k, v, *, kv_tile: int | None = None, l_mode: str = "q
     ps = float(p_scale.reshape(-1)[0]) if p_scale is not None else default_p_scale(fp8)
     inv_ps = float(torch.tensor(1.0 / ps, dtype=torch.float32))  # the kernels multiply by the fp32 reciprocal
     pmax = fp8_max(fp8)
+    bounds = tie_tol is not None
+
+    def quantize_p(x: torch.Tensor) -> torch.Tensor:
+        return x.clamp(max=pmax).float().to(fp8).double()
+
     o_all, lse_all = _empty_like_outputs(q)
+    if bounds:
+        o_lo_all, lse_lo_all = _empty_like_outputs(q)
+        o_hi_all, lse_hi_all = _empty_like_outputs(q)
+        tie_all = torch.zeros(lse_all.shape, dtype=torch.bool)
     for seq in sequences(q, k, v, q_descale=q_descale, **kw):
         s = _logits(seq, softmax_scale=softmax_scale, softcap=softcap, q_descale=q_descale, k_descale=k_descale,
                     causal=causal, window_size=window_size) * _LOG2E
@@ -169,25 +236,59 @@ def quantized_attention(q, k, v, *, kv_tile: int | None = None, l_mode: str = "q
         m = torch.full((H, Sq, 1), -math.inf, dtype=torch.float64)
         l_sum = torch.zeros(H, Sq, 1, dtype=torch.float64)
         acc = torch.zeros(H, Sq, D, dtype=torch.float64)
+        if bounds:
+            l_lo, l_hi = l_sum.clone(), l_sum.clone()
+            acc_lo, acc_hi = acc.clone(), acc.clone()
+            tie = torch.zeros(H, Sq, dtype=torch.bool)
         tile = kv_tile or max(Sk, 1)
         for t0 in range(0, Sk, tile):
             st = s[:, :, t0: t0 + tile]
             m_new = torch.maximum(m, st.amax(-1, keepdim=True))
             alpha = torch.exp2(m - m_new).nan_to_num(0.0)  # -inf - -inf: nothing seen yet
             p = torch.exp2(st - m_new).nan_to_num(0.0)
-            p8 = (p * inv_ps).clamp(max=pmax).float().to(fp8).double()
+            p8 = quantize_p(p * inv_ps)
             l_tile = p8.sum(-1, keepdim=True) * ps if l_mode == "quantized" else p.sum(-1, keepdim=True)
             l_sum = l_sum * alpha + l_tile
-            acc = acc * alpha + p8 @ v8[:, t0: t0 + tile]
+            vt = v8[:, t0: t0 + tile]
+            acc = acc * alpha + p8 @ vt
             m = m_new
+            if bounds:
+                # p8 at both ends of the logit's uncertainty (masked keys: p = 0, no uncertainty).
+                delta = torch.where(torch.isfinite(st), tie_tol * torch.maximum(st.abs(), m_new.abs()).clamp_min(1.0),
+                                    0.0)
+                p8_lo, p8_hi = quantize_p(p * inv_ps * torch.exp2(-delta)), quantize_p(p * inv_ps * torch.exp2(delta))
+                tie |= (p8_lo != p8_hi).any(-1)
+                if l_mode == "quantized":
+                    l_lo = l_lo * alpha + p8_lo.sum(-1, keepdim=True) * ps
+                    l_hi = l_hi * alpha + p8_hi.sum(-1, keepdim=True) * ps
+                else:
+                    l_lo, l_hi = l_sum, l_sum
+                # P >= 0, so the smallest P·V takes the low codes on positive v and the high ones on negative v.
+                v_pos, v_neg = vt.clamp(min=0.0), vt.clamp(max=0.0)
+                acc_lo = acc_lo * alpha + p8_lo @ v_pos + p8_hi @ v_neg
+                acc_hi = acc_hi * alpha + p8_hi @ v_pos + p8_lo @ v_neg
         v_scale = _scale(v_descale, Hkv).repeat_interleave(H // Hkv).view(H, 1, 1)
-        empty = m == -math.inf
-        o = torch.where(empty, 0.0, acc * ps * v_scale / l_sum.clamp_min(1e-300))
-        lse = torch.where(empty, -math.inf, m / _LOG2E + torch.log(l_sum.clamp_min(1e-300))).squeeze(-1)
+        o, lse = _normalize(acc, l_sum, m, ps, v_scale)
         _place(o_all, lse_all, q, seq, o, lse)
-    if dtype in FP8_DTYPES:
-        osc = float(out_scale.reshape(-1)[0])
-        out = (o_all / osc).clamp(-pmax, pmax).float().to(dtype)
-    else:
-        out = o_all.to(dtype)
-    return out, lse_all.float()
+        if bounds:
+            # O = acc / l: the extremes lie at the ends of both intervals.
+            (o_ll, lse_lo), (o_lh, _) = (_normalize(acc_lo, l_, m, ps, v_scale) for l_ in (l_lo, l_hi))
+            (o_hl, _), (o_hh, lse_hi) = (_normalize(acc_hi, l_, m, ps, v_scale) for l_ in (l_lo, l_hi))
+            _place(o_lo_all, lse_lo_all, q, seq, torch.minimum(o_ll, o_lh), lse_lo)
+            _place(o_hi_all, lse_hi_all, q, seq, torch.maximum(o_hl, o_hh), lse_hi)
+            if q.dim() == 3:
+                tie_all[:, seq.q_rows] = tie
+            else:
+                tie_all[seq.b, :, seq.q_rows] = tie
+
+    def finish_out(o_real: torch.Tensor) -> torch.Tensor:
+        if dtype in FP8_DTYPES:
+            osc = float(out_scale.reshape(-1)[0])
+            return (o_real / osc).clamp(-pmax, pmax).float().to(dtype)
+        return o_real.to(dtype)
+
+    out, lse_out = finish_out(o_all), lse_all.float()
+    if not bounds:
+        return QuantizedBounds(out, lse_out, out, out, lse_out, lse_out, torch.zeros(lse_all.shape, dtype=torch.bool))
+    return QuantizedBounds(out, lse_out, finish_out(o_lo_all), finish_out(o_hi_all), lse_lo_all.float(),
+                           lse_hi_all.float(), tie_all)

@@ -7,13 +7,13 @@ import math
 import pytest
 import torch
 from cases import fp8_ulp_agreement, make_case, ordered_codes, rel_l2
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import fp8attn
 from fp8attn.ops import _forward
 from fp8attn.quant import fp8_max
-from fp8attn.reference import ideal_attention, quantized_attention
+from fp8attn.reference import QuantizedBounds, ideal_attention, quantized_attention, quantized_attention_bounds
 
 FP8 = [torch.float8_e4m3fn, torch.float8_e4m3fnuz]
 HEAD_DIMS = [64, 80, 96, 128, 192, 256]
@@ -22,22 +22,37 @@ HEAD_DIMS = [64, 80, 96, 128, 192, 256]
 def check_against_reference(case, kv_tile: int) -> None:
     (q, k, v), kw = case.call_args()
     out, lse = _forward(q, k, v, return_softmax_lse=True, kv_tile=kv_tile, **kw)
-    ref, ref_lse = quantized_attention(q, k, v, kv_tile=kv_tile, **kw)
+    assert_matches_reference(out, lse, quantized_attention_bounds(q, k, v, kv_tile=kv_tile, **kw))
+
+
+def assert_matches_reference(out: torch.Tensor, lse: torch.Tensor, ref: QuantizedBounds) -> None:
+    """FP8 outputs >= 99.9 % within 1 code of the reference and all within 2 (16-bit: rtol 2e-2, atol 1e-2),
+    lse within 1e-4. A P code on an FP8 rounding tie may round either way in the op's float32: in the
+    rows that hold one (ref.tie) the distance is measured to the range the reference spans over both
+    roundings; in every other row the range is the reference value itself."""
     if out.dtype in (torch.float8_e4m3fn, torch.float8_e4m3fnuz):
-        assert fp8_ulp_agreement(out, ref) >= 0.999
-        assert out.numel() == 0 or (ordered_codes(out) - ordered_codes(ref)).abs().max() <= 2
+        c, lo, hi = ordered_codes(out), ordered_codes(ref.out_lo), ordered_codes(ref.out_hi)
+        dist = (lo - c).clamp(min=0) + (c - hi).clamp(min=0)  # codes outside [lo, hi]
+        assert out.numel() == 0 or (dist <= 1).float().mean().item() >= 0.999
+        assert out.numel() == 0 or dist.max() <= 2
     else:
-        torch.testing.assert_close(out.float(), ref.float(), rtol=2e-2, atol=1e-2)
-    finite = torch.isfinite(ref_lse)
+        near = torch.minimum(torch.maximum(out.float(), ref.out_lo.float()), ref.out_hi.float())
+        torch.testing.assert_close(out.float(), near, rtol=2e-2, atol=1e-2)
+    finite = torch.isfinite(ref.lse)
     assert torch.equal(finite, torch.isfinite(lse))
-    torch.testing.assert_close(lse[finite], ref_lse[finite], rtol=1e-4, atol=1e-4)
+    near_lse = torch.minimum(torch.maximum(lse, ref.lse_lo), ref.lse_hi)
+    torch.testing.assert_close(lse[finite], near_lse[finite], rtol=1e-4, atol=1e-4)
 
 
-# Derandomized: CI must give the same verdict on every run. Random exploration found one input
-# (dense, MQA 6/1, D 64, e4m3fnuz, softcap 7.5, kv_tile 16, seed 1215) where a p8 code on a
-# rounding tie flips between the op's fp32 logits and the reference's fp64 ones: 4 near-zero outputs
-# 2-4 codes apart and an lse 8e-4 apart (both equally far from fp64 ideal attention).
-@settings(max_examples=60, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+# Random inputs: about 1 in 300 holds a P code on a rounding tie (p / p_scale within ~1e-7 of the
+# midpoint between two FP8 values) that the op's float32 logits round the other way from the fp64
+# reference; one flipped code near p = 1 moves a row's lse by up to ~1/16 / l and near-zero outputs by
+# several codes, with neither result closer to fp64 ideal attention. check_against_reference therefore
+# compares those rows with the range the reference spans over both roundings
+# (quantized_attention_bounds), every other row with the reference value at the unchanged bounds. The
+# explicit example is the first such input found (the strict check failed it: 4 outputs 2-8 codes apart,
+# lse 3.4e-3 apart, all in row q 3 / head 0).
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     layout=st.sampled_from(["dense", "varlen", "paged"]),
     batch=st.integers(1, 3),
@@ -55,6 +70,8 @@ def check_against_reference(case, kv_tile: int) -> None:
     block_size=st.sampled_from([16, 32]),
     seed=st.integers(0, 2**16),
 )
+@example(layout="dense", batch=1, q_len=5, k_extra=76, group=(6, 1), head_dim=64, fp8=torch.float8_e4m3fnuz,
+         q_dtype="fp8", fp8_out=True, mask="none", softcap=7.5, per_head=False, kv_tile=16, block_size=16, seed=1215)
 def test_matches_quantized_reference(layout, batch, q_len, k_extra, group, head_dim, fp8, q_dtype, fp8_out, mask,
                                      softcap, per_head, kv_tile, block_size, seed):
     g = torch.Generator().manual_seed(seed)
@@ -69,6 +86,38 @@ def test_matches_quantized_reference(layout, batch, q_len, k_extra, group, head_
                      fp8_out=fp8_out, causal=mask.startswith("causal"), window=window, softcap=softcap,
                      block_size=block_size, seed=seed)
     check_against_reference(case, kv_tile)
+
+
+def test_tie_widens_only_its_row():
+    """The explicit example above: the reference's range is wider in the one row with a tie (batch 0, head 0,
+    q 3) and nowhere else, and an error outside what a tie explains is still caught, in that row too."""
+    case = make_case(q_lens=[5], k_lens=[81], heads=6, kv_heads=1, head_dim=64, fp8=torch.float8_e4m3fnuz,
+                     softcap=7.5, seed=1215)
+    (q, k, v), kw = case.call_args()
+    out, lse = _forward(q, k, v, return_softmax_lse=True, kv_tile=16, **kw)
+    ref = quantized_attention_bounds(q, k, v, kv_tile=16, **kw)
+    assert ref.tie.nonzero().tolist() == [[0, 0, 3]]  # lse layout [B, H, Sq]
+    assert (ref.lse_lo != ref.lse_hi).nonzero().tolist() == [[0, 0, 3]]
+    assert ref.lse_hi[0, 0, 3] - ref.lse_lo[0, 0, 3] > 1e-3
+    widened = (ref.out_lo.view(torch.uint8) != ref.out_hi.view(torch.uint8)).any(-1)  # [B, Sq, H]
+    assert widened.nonzero().tolist() == [[0, 3, 0]]
+    assert_matches_reference(out, lse, ref)
+
+    def bumped(x, idx, codes):
+        x = x.clone()
+        x.view(torch.uint8)[idx] += codes
+        return x
+
+    c, hi = ordered_codes(out), ordered_codes(ref.out_hi)
+    for row in [(0, 1, 0), (0, 3, 0)]:  # a row without a tie, the row with one
+        d = int(((c[row] >= hi[row]) & (c[row] > 0) & (c[row] < 0x70)).nonzero()[0])  # positive, at the top
+        with pytest.raises(AssertionError):
+            assert_matches_reference(bumped(out, (*row, d), 3), lse, ref)  # 3 codes above the range
+    for b, h, i, err in [(0, 1, 0, 1e-3), (0, 0, 3, 1e-3 + float(ref.lse_hi[0, 0, 3] - ref.lse[0, 0, 3]))]:
+        wrong = lse.clone()
+        wrong[b, h, i] = ref.lse[b, h, i] + err
+        with pytest.raises(AssertionError):
+            assert_matches_reference(out, wrong, ref)
 
 
 @pytest.mark.parametrize("fp8", FP8)
