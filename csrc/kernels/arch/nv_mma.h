@@ -130,21 +130,6 @@ struct MmaFp8 {
 template <Fp8Kind K>
 struct PQuant {
   float inv_p_scale;
-  // Codes of sat(p[i] * inv_p_scale) packed little-endian (byte i = p[i]).
-  FP8ATTN_DEVICE uint32_t codes4(const float p[4]) const {
-#if FP8ATTN_NV_FP8_MMA
-    if constexpr (K == Fp8Kind::E4M3FN) {
-      uint16_t lo, hi;
-      asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;\n" : "=h"(lo) : "f"(p[1] * inv_p_scale), "f"(p[0] * inv_p_scale));
-      asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;\n" : "=h"(hi) : "f"(p[3] * inv_p_scale), "f"(p[2] * inv_p_scale));
-      return static_cast<uint32_t>(lo) | (static_cast<uint32_t>(hi) << 16);
-    } else
-#endif
-    {
-      float unused[4];
-      return fp8_quantize4<K>(p, inv_p_scale, unused);
-    }
-  }
   // Codes of sat(q[i]) packed little-endian, for q = p / p_scale already (the wgmma pipeline
   // folds 1 / p_scale into the exponent: exp2(x + log2(1 / p_scale)) = exp2(x) / p_scale).
   FP8ATTN_DEVICE uint32_t codes4_scaled(const float q[4]) const {
