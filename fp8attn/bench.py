@@ -39,9 +39,12 @@ PREFILL = [  # B, Hq, Hkv, S, D, causal
     (1, 32, 32, 8192, 64, False), (1, 32, 32, 8192, 256, False), (16, 32, 32, 512, 128, True),
     (1, 32, 8, 8192, 128, True), (4, 32, 8, 2048, 128, True),
 ]
-VARLEN = [  # Hq, Hkv, D, lengths
-    (32, 8, 128, [512, 1024, 2048, 3000, 777, 4096, 128, 1500]),
+# Hq, Hkv, D, lengths, page (0: K/V packed like q; > 0: a paged cache of that block size, as vLLM prefills)
+VARLEN = [
+    (32, 8, 128, [512, 1024, 2048, 3000, 777, 4096, 128, 1500], 0),
+    (32, 8, 128, [512, 1024, 2048, 3000, 777, 4096, 128, 1500], 16),
 ]
+PREFILL_KINDS = ("prefill", "varlen", "varlen paged")  # rows reported in TFLOP/s
 DECODE = [  # B, ctx, Hq, Hkv, D, q_len
     (1, 32768, 32, 8, 128, 1), (8, 8192, 32, 8, 128, 1), (32, 8192, 32, 8, 128, 1), (64, 4096, 32, 8, 128, 1),
     (128, 2048, 32, 8, 128, 1), (1, 1024, 32, 8, 128, 1), (16, 16384, 32, 8, 128, 1), (8, 8192, 32, 8, 128, 4),
@@ -203,8 +206,27 @@ def bench_prefill(shape, args, peers):
     return row
 
 
+def paged_cache(xs: list[torch.Tensor], lens: list[int], page: int, gen: torch.Generator):
+    """Tensors [T, Hkv, D] packed by sequence -> their paged caches [blocks, page, Hkv, D] (blocks in
+    shuffled order, one block table for all of them) and that table [B, max blocks]."""
+    per = [(n + page - 1) // page for n in lens]
+    order = torch.randperm(sum(per), device=xs[0].device, generator=gen)
+    table = torch.zeros(len(lens), max(per), dtype=torch.int32, device=xs[0].device)
+    caches = [torch.zeros(sum(per), page, *x.shape[1:], device=x.device, dtype=x.dtype) for x in xs]
+    start = blk = 0
+    for b, (n, nb) in enumerate(zip(lens, per, strict=True)):
+        ids = order[blk: blk + nb]
+        table[b, :nb] = ids.to(torch.int32)
+        for x, cache in zip(xs, caches, strict=True):
+            padded = torch.zeros(nb * page, *x.shape[1:], device=x.device, dtype=x.dtype)
+            padded[:n] = x[start: start + n]
+            cache[ids] = padded.view(nb, page, *x.shape[1:])
+        start, blk = start + n, blk + nb
+    return caches, table
+
+
 def bench_varlen(cfg, args, peers):
-    H, Hkv, D, lens = cfg
+    H, Hkv, D, lens, page = cfg
     gen = torch.Generator(device="cuda").manual_seed(1)
     T = sum(lens)
     q8 = torch.randn(T, H, D, device="cuda", generator=gen).to(FN)
@@ -214,15 +236,20 @@ def bench_varlen(cfg, args, peers):
     flops = sum(4 * H * n * n * D * 0.5 for n in lens)
     ps, osc = torch.tensor([P_SCALE], device="cuda"), torch.tensor([OUT_SCALE], device="cuda")
     out = torch.empty(T, H, D, device="cuda", dtype=FN)
-    fn = lambda: fp8attn.forward(q8, k8, v8, cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=max(lens),  # noqa: E731
-                                 max_seqlen_k=max(lens), causal=True, p_scale=ps, out_scale=osc, out=out)
+    kv = dict(k=k8, v=v8, cu_seqlens_k=cu)
+    if page:
+        (kc, vc), bt = paged_cache([k8, v8], lens, page, gen)
+        kv = dict(k=kc, v=vc, seqused_k=torch.tensor(lens, dtype=torch.int32, device="cuda"), block_table=bt)
+    call = dict(cu_seqlens_q=cu, max_seqlen_q=max(lens), max_seqlen_k=max(lens), causal=True, p_scale=ps,
+                out_scale=osc, out=out, **{n: t for n, t in kv.items() if n not in ("k", "v")})
+    fn = lambda: fp8attn.forward(q8, kv["k"], kv["v"], **call)  # noqa: E731
     t = time_ms(fn, args.warmup, args.reps)
     n0 = lens[0]
     ref = ideal(q8[:n0].float()[None], k8[:n0].float()[None], v8[:n0].float()[None], True, 1 / math.sqrt(D))
-    row = dict(kind="varlen", B=len(lens), H=H, Hkv=Hkv, Sq=max(lens), Sk=max(lens), D=D, causal=True,
-               fp8attn=flops / t / 1e9, fp8attn_ms=t, fp8attn_err=rel_err(out[:n0, :2].float() * OUT_SCALE, ref),
-               kernel=fp8attn.kernel_name(q8, k8, v8, cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=max(lens),
-                                          max_seqlen_k=max(lens), causal=True, p_scale=ps, out_scale=osc, out=out))
+    row = dict(kind="varlen paged" if page else "varlen", B=len(lens), H=H, Hkv=Hkv, Sq=max(lens), Sk=max(lens),
+               D=D, causal=True, fp8attn=flops / t / 1e9, fp8attn_ms=t,
+               fp8attn_err=rel_err(out[:n0, :2].float() * OUT_SCALE, ref),
+               kernel=fp8attn.kernel_name(q8, kv["k"], kv["v"], **call))
     return row
 
 
@@ -308,7 +335,7 @@ def fmt(x, nd=0):
 
 def table(rows):
     lines = []
-    pre = [r for r in rows if r["kind"] in ("prefill", "varlen")]
+    pre = [r for r in rows if r["kind"] in PREFILL_KINDS]
     if pre:
         lines += ["| kind | B | H/Hkv | S | D | causal | SDPA bf16 flash | SDPA bf16 cuDNN | cuDNN FP8 | fp8attn "
                   "| fp8attn err | cuDNN FP8 err | fp8attn kernel |", "|---" * 13 + "|"]
@@ -342,7 +369,7 @@ def plot(rows, path):
     except Exception:  # noqa: BLE001
         return False
     fig, axes = plt.subplots(1, 2, figsize=(15, 5))
-    for ax, kinds, unit in ((axes[0], ("prefill", "varlen"), "TFLOP/s"), (axes[1], ("decode",), "GB/s")):
+    for ax, kinds, unit in ((axes[0], PREFILL_KINDS, "TFLOP/s"), (axes[1], ("decode",), "GB/s")):
         rs = [r for r in rows if r["kind"] in kinds]
         names = [n for n in ("sdpa_flash", "sdpa_cudnn", "cudnn_fp8", "fp8attn") if any(r.get(n) for r in rs)]
         w = 0.8 / max(1, len(names))
