@@ -1,4 +1,4 @@
-"""Benchmark: ``python -m fp8attn.bench [--out-dir DIR] [--quick]``.
+"""Benchmark: ``python -m fp8attn.bench [--out-dir DIR] [--quick] [--only KIND] [--peers LIST]``.
 
 Prefill shapes of design.md §6, GQA variants (32 q / 8 kv heads), varlen batches, and decode
 (batch 1-64, context 1k-32k, paged FP8 KV), with the peers that import on this machine side by
@@ -394,11 +394,15 @@ def main(argv=None):
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--quick", action="store_true", help="a few shapes only")
     ap.add_argument("--only", choices=["prefill", "decode", "all"], default="all")
+    ap.add_argument("--peers", default="all",
+                    help="comma list of flash,cudnn,cudnn_fp8 to run beside fp8attn, 'none' or 'all' (default)")
     args = ap.parse_args(argv)
     if not torch.cuda.is_available():
         print("fp8attn.bench needs a GPU")
         return 1
     peers = peers_available()
+    if args.peers != "all":
+        peers = [p for p in peers if p in args.peers.split(",")]
     work = []
     if args.only in ("prefill", "all"):
         work += [("prefill", s) for s in (PREFILL[:2] if args.quick else PREFILL)]
