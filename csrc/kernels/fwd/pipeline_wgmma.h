@@ -218,15 +218,19 @@ struct FwdPipelineNvWgmma {
       for (int e = 0; e < 32; ++e) s[e] = logits[(e & 3) >> 1](s[e]);
     }
     float mx[2] = {kNegInf, kNegInf};
+    if (need_mask) {  // the row's visible keys are [lo, hi) (Mask::visible as an interval)
+      // An empty volatile asm keeps this a branch: otherwise the compares and selects are
+      // if-converted and run on every tile (~100 instructions per warp), masked or not.
+      asm volatile("" ::: "memory");
 #pragma unroll
-    for (int e = 0; e < 32; ++e) {
-      const int ri = (e & 3) >> 1;
-      if (need_mask) {  // the row's visible keys are [lo, hi) (Mask::visible as an interval)
+      for (int e = 0; e < 32; ++e) {
+        const int ri = (e & 3) >> 1;
         const int32_t key = tile * kBN + 8 * (e >> 2) + 2 * t + (e & 1);
         s[e] = (key >= lo[ri] && key < hi[ri]) ? s[e] : kNegInf;
       }
-      mx[ri] = fmaxf(mx[ri], s[e]);
     }
+#pragma unroll
+    for (int e = 0; e < 32; ++e) mx[(e & 3) >> 1] = fmaxf(mx[(e & 3) >> 1], s[e]);
     // 1 / p_scale enters the exponent: one FMA per element instead of an FMA and a multiply.
     const float log2_inv_p_scale = __log2f(pq.inv_p_scale);
     float neg_m[2];
@@ -365,6 +369,11 @@ struct FwdPipelineNvWgmma {
           nv::wgmma_wait<1>();  // S of the next tile (P.V of this one stays in flight)
           uint32_t pn[8];
           softmax(s, tile, need_mask(tile), lo, hi, tr.logits, pq, t, st, alpha, pn);
+          // The softmax's results pinned before the wait: the compiler otherwise sinks the
+          // register-only softmax math past wgmma.wait (the SASS had every exp2 and P8 conversion
+          // after it), and P.V no longer overlaps anything.
+          nv::fence_operands(pn);
+          nv::fence_operands(alpha);
           nv::wgmma_wait<0>();
           nv::fence_operands(pa);  // read by P.V until here: pn must not share its registers
           nv::mbar_arrive(&bars->empty[slot]);
