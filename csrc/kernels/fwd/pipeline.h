@@ -52,13 +52,21 @@ struct BlockCtx {
 
 // The 16 FP8 codes of chunk `ch` of packed row `r` of the block (zeros past its rows): q row
 // r / G of q head hkv * G + r % G (GQA packing, see kernel.h), quantized when q is 16-bit.
+// Its element offset in q and its q head; false past the block's rows.
+FP8ATTN_DEVICE bool q_chunk_offset(const FwdParams& p, const BlockCtx& c, int r, int ch, int64_t* off, int32_t* h) {
+  const int mrow = c.m0 + r;
+  if (mrow >= c.rows) return false;
+  const int32_t qrow = mrow / c.group;
+  *h = c.hkv * c.group + mrow % c.group;
+  *off = c.seq.q_offset + static_cast<int64_t>(qrow) * p.q_row_stride + static_cast<int64_t>(*h) * p.q_head_stride +
+         ch * 16;
+  return true;
+}
 template <Fp8Kind K>
 FP8ATTN_DEVICE uint4 load_q_chunk(const FwdParams& p, const BlockCtx& c, int r, int ch) {
-  const int mrow = c.m0 + r;
-  if (mrow >= c.rows) return make_uint4(0, 0, 0, 0);
-  const int32_t qrow = mrow / c.group, h = c.hkv * c.group + mrow % c.group;
-  const int64_t off = c.seq.q_offset + static_cast<int64_t>(qrow) * p.q_row_stride +
-                      static_cast<int64_t>(h) * p.q_head_stride + ch * 16;
+  int64_t off;
+  int32_t h;
+  if (!q_chunk_offset(p, c, r, ch, &off, &h)) return make_uint4(0, 0, 0, 0);
   return load_q16_codes<K>(p, off, h);
 }
 
