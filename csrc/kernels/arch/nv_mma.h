@@ -127,6 +127,16 @@ struct MmaFp8 {
   }
 };
 
+#if FP8ATTN_NV_FP8_MMA
+// e4m3fn codes of sat(lo), sat(hi) packed little-endian (lo in the low byte): the hardware
+// conversion, bit-identical to numeric/fp8.h's fp8_encode (RNE, saturating, NaN kept).
+FP8ATTN_DEVICE uint16_t e4m3x2(float lo, float hi) {
+  uint16_t r;
+  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;\n" : "=h"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+#endif
+
 template <Fp8Kind K>
 struct PQuant {
   float inv_p_scale;
@@ -135,9 +145,7 @@ struct PQuant {
   FP8ATTN_DEVICE uint32_t codes4_scaled(const float q[4]) const {
 #if FP8ATTN_NV_FP8_MMA
     if constexpr (K == Fp8Kind::E4M3FN) {
-      uint16_t lo, hi;
-      asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;\n" : "=h"(lo) : "f"(q[1]), "f"(q[0]));
-      asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;\n" : "=h"(hi) : "f"(q[3]), "f"(q[2]));
+      const uint16_t lo = e4m3x2(q[0], q[1]), hi = e4m3x2(q[2], q[3]);
       return static_cast<uint32_t>(lo) | (static_cast<uint32_t>(hi) << 16);
     } else
 #endif
@@ -150,9 +158,8 @@ struct PQuant {
   FP8ATTN_DEVICE uint32_t quantize4(const float p[4], float pq[4]) const {
 #if FP8ATTN_NV_FP8_MMA
     if constexpr (K == Fp8Kind::E4M3FN) {
-      uint16_t lo, hi;
-      asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;\n" : "=h"(lo) : "f"(p[1] * inv_p_scale), "f"(p[0] * inv_p_scale));
-      asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;\n" : "=h"(hi) : "f"(p[3] * inv_p_scale), "f"(p[2] * inv_p_scale));
+      const uint16_t lo = e4m3x2(p[0] * inv_p_scale, p[1] * inv_p_scale);
+      const uint16_t hi = e4m3x2(p[2] * inv_p_scale, p[3] * inv_p_scale);
       uint32_t h01, h23;
       asm("cvt.rn.f16x2.e4m3x2 %0, %1;\n" : "=r"(h01) : "h"(lo));
       asm("cvt.rn.f16x2.e4m3x2 %0, %1;\n" : "=r"(h23) : "h"(hi));

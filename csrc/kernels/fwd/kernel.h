@@ -85,23 +85,47 @@ FP8ATTN_DEVICE void init_state(FwdState<Policy>& st) {
 
 // The Epilogue call of every pipeline: the thread's rows of O (and lse) to out, or to the split
 // workspace when the KV range is split.
+// Per row of the thread: the factor from acc to O (v_descale / l; 0 for a row with no visible key)
+// and lse.
+template <class Policy>
+struct RowScales {
+  float o_scale[Policy::Tile::kRows], lse[Policy::Tile::kRows];
+
+  FP8ATTN_DEVICE RowScales(const FwdParams& p, const BlockCtx& c, const FwdState<Policy>& st) {
+    using Tile = typename Policy::Tile;
+    const float p_scale = p_scale_of(p);
+    const float v_descale = p.v_descale ? p.v_descale[c.hkv * p.v_descale_head_stride] : 1.f;
+#pragma unroll
+    for (int ri = 0; ri < Tile::kRows; ++ri) {
+      const float l = Tile::row_sum(st.l[ri]);
+      const bool empty = st.m[ri] == -INFINITY;
+      o_scale[ri] = empty ? 0.f : v_descale * Tile::kInvProductScale / l;
+      lse[ri] = empty ? -INFINITY : lse_of(st.m[ri], l, p_scale);
+    }
+  }
+};
+
+template <class Tile>
+FP8ATTN_DEVICE void store_lse(const FwdParams& p, const BlockCtx& c, const ThreadRows<Tile>& tr, int ri, float lse,
+                              int lane) {
+  if (p.lse && Tile::row_leader(lane) && tr.mrow[ri] < c.rows)
+    p.lse[c.seq.lse_offset + static_cast<int64_t>(tr.head[ri]) * p.lse_head_stride +
+          static_cast<int64_t>(tr.qrow[ri]) * p.lse_row_stride] = lse;
+}
+
 template <class Problem, class Policy>
 FP8ATTN_DEVICE void store_rows(const FwdParams& p, const BlockCtx& c, const ThreadRows<typename Policy::Tile>& tr,
                                const FwdState<Policy>& st, int lane) {
   using Tile = typename Policy::Tile;
-  const float p_scale = p_scale_of(p);
-  const float v_descale = p.v_descale ? p.v_descale[c.hkv * p.v_descale_head_stride] : 1.f;
+  const RowScales<Policy> rs(p, c, st);
   const OutputTransform<Problem::kFp8> ot = OutputTransform<Problem::kFp8>::make(p);
   const bool split = p.num_splits > 1;
   // The O tile may cover columns past D (the AMD tile's 32-wide d blocks): those are not stored.
   constexpr bool kPadCols = Tile::o_cols(Problem::kHeadDim) != Problem::kHeadDim;
 #pragma unroll
   for (int ri = 0; ri < Tile::kRows; ++ri) {
-    const float l = Tile::row_sum(st.l[ri]);
     if (tr.mrow[ri] >= c.rows) continue;
-    const bool empty = st.m[ri] == -INFINITY;
-    const float o_scale = empty ? 0.f : v_descale * Tile::kInvProductScale / l;
-    const float lse = empty ? -INFINITY : lse_of(st.m[ri], l, p_scale);
+    const float o_scale = rs.o_scale[ri], lse = rs.lse[ri];
     if (!split) {
       const int64_t off = out_offset(p, c.b, tr.qrow[ri], tr.head[ri]);
       // One loop per output type, each small enough to unroll completely, so that the accumulator
@@ -122,9 +146,7 @@ FP8ATTN_DEVICE void store_rows(const FwdParams& p, const BlockCtx& c, const Thre
         case ElemType::FP16: store_row(std::integral_constant<ElemType, ElemType::FP16>{}); break;
         default: store_row(std::integral_constant<ElemType, ElemType::FP8>{});
       }
-      if (p.lse && Tile::row_leader(lane))
-        p.lse[c.seq.lse_offset + static_cast<int64_t>(tr.head[ri]) * p.lse_head_stride +
-              static_cast<int64_t>(tr.qrow[ri]) * p.lse_row_stride] = lse;
+      store_lse(p, c, tr, ri, lse, lane);
     } else {
       const int64_t row =
           (static_cast<int64_t>(c.split) * flat_rows(p) + flat_row(p, c.b, tr.qrow[ri])) * p.num_heads + tr.head[ri];

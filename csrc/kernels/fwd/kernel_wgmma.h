@@ -5,6 +5,7 @@
 #pragma once
 #include <cuda_runtime.h>
 
+#include "epilogue_wgmma.h"
 #include "launch.h"
 #include "pipeline_wgmma.h"
 
@@ -13,6 +14,7 @@ namespace fp8attn {
 template <class Problem, class Policy, class Pipe>
 __global__ void __launch_bounds__(Policy::kThreads, 1) fwd_kernel_wgmma(const __grid_constant__ FwdParams p) {
 #if FP8ATTN_NV_WGMMA
+  using Epilogue = EpilogueNvWgmma<Problem, Policy>;
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   // Swizzled operand tiles need 1024-byte alignment (the policy reserves the slack).
   uint8_t* smem = smem_raw + ((1024 - nv::smem_addr(smem_raw) % 1024) % 1024);
@@ -48,7 +50,11 @@ __global__ void __launch_bounds__(Policy::kThreads, 1) fwd_kernel_wgmma(const __
       FwdState<Policy> st;
       init_state(st);
       cons.item(p, c, tr, pq, smem, bars, st);
-      store_rows<Problem, Policy>(p, c, tr, st, lane);
+      if (Epilogue::staged(p))
+        Epilogue::store(p, c, tr, st, Pipe::q_buf(smem, cons.qs), warp / 4, warp, lane);
+      else
+        store_rows<Problem, Policy>(p, c, tr, st, lane);
+      cons.release_q(bars);
     }
   }
 #endif

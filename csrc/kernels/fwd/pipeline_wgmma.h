@@ -12,7 +12,7 @@
 // Consumer warpgroup w (64 packed rows, 4 warps x 16), per tile: wait k_full; S = Q.K^T (m64n64k32,
 // Q and K from shared memory); logits, mask, online softmax, p8 = sat(p / p_scale) packed straight
 // into the A fragments of P.V; wait v_full; O += P8.Vt and l += P8.1 (P from registers); arrive
-// empty. After its last tile it releases Q and stores the item's rows (the Epilogue).
+// empty. After its last tile it stores the item's rows (the Epilogue) and then releases Q.
 // S's accumulator gives lane (g, t) keys 8j + 2t + {0, 1}; the P.V A fragment wants a lane's four
 // bytes at consecutive k. So the k order of P.V is permuted: k position v = 16h + 4t' + b of a
 // 32-key step holds key 16h + 8(b >> 1) + 2t' + (b & 1) -- what lane t' already has -- and the
@@ -304,6 +304,7 @@ struct FwdPipelineNvWgmma {
     int wg;      // consumer warpgroup: rows 64 * wg .. of the block
     int g = 0;   // tiles consumed so far (all items)
     int qn = 0;  // work items started so far
+    int qs = 0;  // the current item's Q buffer
 
     // wgmma descriptors of slot 0 / k step 0; a descriptor's low bits are the start address / 16,
     // so the other slots and k steps are constant offsets (within a 256 KiB shared window).
@@ -365,7 +366,7 @@ struct FwdPipelineNvWgmma {
         const int k0 = tile * kBN;
         return Problem::kHasMask ? !c.mask.tile_fully_visible(c.qrow0, c.qrow1, k0, k0 + kBN) : k0 + kBN > c.seq.k_len;
       };
-      const int qs = qn & 1;
+      qs = qn & 1;
       const uint64_t dq = QK::desc(q_buf(smem, qs), Policy::kBlockM, 64 * wg, 0);
       float s[32], lt[4];
       float(&acc)[kD / 2] = reinterpret_cast<float(&)[kD / 2]>(st.acc);
@@ -427,12 +428,13 @@ struct FwdPipelineNvWgmma {
         st.l[1] += lt[2];
         ++g;
       }
-      nv::mbar_arrive(&bars->q_empty[qs]);
       // Every lane of a quad holds the whole row sum; the epilogue sums the quad (Tile::row_sum),
       // so hand it a quarter (exact: a power of two).
       st.l[0] *= 0.25f;
       st.l[1] *= 0.25f;
     }
+    // After the epilogue, which may stage the output in the warpgroup's rows of the Q buffer.
+    FP8ATTN_DEVICE void release_q(Barriers* bars) const { nv::mbar_arrive(&bars->q_empty[qs]); }
   };
 #endif  // FP8ATTN_NV_WGMMA
 };
