@@ -68,6 +68,20 @@ FP8ATTN_DEVICE void mbar_wait(uint64_t* bar, uint32_t parity) {
       "r"(parity)
       : "memory");
 }
+// Arrives on `bar` and raises the phase's expected transaction count by `bytes` (sm_90+).
+FP8ATTN_DEVICE void mbar_arrive_expect_tx(uint64_t* bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(bytes) : "memory");
+}
+// Makes mbarrier initializations visible to the async proxy (bulk copies complete on them).
+FP8ATTN_DEVICE void fence_mbarrier_init() { asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory"); }
+// Bulk copy by the TMA engine (sm_90+): `bytes` (a multiple of 16; both addresses 16-byte aligned)
+// from global to shared memory, completed on `bar`'s transaction count.
+FP8ATTN_DEVICE void bulk_copy_g2s(void* smem, const void* gmem, uint32_t bytes, uint64_t* bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
+                   smem_addr(smem)),
+               "l"(gmem), "r"(bytes), "r"(smem_addr(bar))
+               : "memory");
+}
 // Makes this thread's generic-proxy shared-memory writes (st.shared, cp.async) visible to the
 // async proxy (wgmma operand reads).
 FP8ATTN_DEVICE void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }

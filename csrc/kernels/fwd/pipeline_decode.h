@@ -1,9 +1,12 @@
 // The decode pipeline of the sm_90 f16 family: at most 16 packed rows per (batch, kv head)
 // (q_len * H/H_kv <= 16). Decode is bound by how fast the FP8 KV cache streams in, so:
-//  * Each of the 4 warps owns 16 keys of every 64-key tile and copies them itself into a cp.async
-//    ring of kStages tiles (all in flight but the one computed); a warp only waits for its own
-//    copies, so the ring needs no block barrier. The ring is as deep as the blocks meant to share a
+//  * Each of the 4 warps owns 16 keys of every 64-key tile and copies them itself into a ring of
+//    kStages tiles (all in flight but the one computed); a warp only waits for its own copies, so
+//    the ring needs no block barrier. The ring is as deep as the blocks meant to share a
 //    multiprocessor allow (decode_config.h); the first tiles are requested before Q is loaded.
+//    On sm_90 the copies are bulk copies (the TMA engine), one per K / V row, completed on a
+//    per-warp, per-stage mbarrier: with 16-byte cp.async (earlier archs) a warp's copy issue
+//    stalled 2-4 us per tile once the memory system was busy (an event trace, docs/gpu-kernels.md).
 //  * K and V stay FP8 in shared memory and are widened in registers right before their MMA (exact:
 //    every e4m3 value is an f16 value), each byte once.
 //  * The rows are the n8 side of the f16 MMA: S^T = K . Q^T and O^T += V^T . P8^T (keys / d on
@@ -23,8 +26,9 @@
 //     2t, 2t+1 at d 2g, 2g+1; m = g is d 2g, m = g + 8 is d 2g + 1 of the 16-d chunk. So O^T's lane
 //     holds O[row 2t + {0,1}][d 16c + 2g] (acc[0], acc[1]) and [d 16c + 2g + 1] (acc[2], acc[3]).
 // Shared memory (bytes): Q16 [kBlockM][kRow16] f16 (natural d order) | row maxima [2][4][16] f32 |
-// ring [kStages][K, V][64][kRowStride] fp8 (16-byte chunks XOR-swizzled by row when D is a multiple
-// of 128, else rows padded to an odd chunk count), reused at the end for the warps' partial O / l.
+// ring mbarriers [4 warps][8] | ring [kStages][K, V][64][kRowStride] fp8 (rows as in global memory,
+// padded to an odd number of 16-byte chunks so that ldmatrix's 8 rows hit distinct banks), reused at
+// the end for the warps' partial O / l.
 // The forward grid triggers its programmatic dependent (the combine kernel, launch_decode) at once:
 // the combine blocks are resident and waiting when it ends, instead of launching after it.
 #pragma once
@@ -33,6 +37,7 @@
 
 #include <cuda_runtime.h>
 
+#include "../arch/nv_wgmma.h"
 #include "decode_config.h"
 #include "kernel.h"
 #include "pipeline_f16.h"
@@ -77,11 +82,9 @@ struct FwdPolicyNvDecode {
   static constexpr int kKeysPerWarp = kBlockN / kWarps;
   static constexpr int kNTilesO = kD / 8;  // the epilogue's accumulator fragments (Sm89Tile layout)
   static constexpr int kChunks = kD / 16;  // 16-byte fp8 chunks per K / V row
-  // The 8 rows an ldmatrix phase reads must hit 8 distinct 16-byte bank groups: chunk c of row r
-  // at c ^ (r & 7) when rows are whole 128-byte lines, else rows of an odd chunk count (padded).
-  static constexpr bool kSwizzle = kChunks % 8 == 0;
-  static constexpr int kRowStride = kSwizzle || kChunks % 2 ? kD : kD + 16;
-  FP8ATTN_DEVICE static int chunk_at(int row, int ch) { return 16 * (kSwizzle ? ch ^ (row & 7) : ch); }
+  // Rows of an odd chunk count: the 8 rows an ldmatrix phase reads hit 8 distinct 16-byte bank
+  // groups, and a row stays one contiguous bulk copy.
+  static constexpr int kRowStride = kChunks % 2 ? kD : kD + 16;
   static constexpr bool kRowCopy = Cfg::kRowCopy;
   // Q16 row: D/2 f16x2 words, padded to 8 (mod 16) words so that the 8-byte B loads of lanes
   // (g, t), g < 4, hit distinct banks.
@@ -89,11 +92,13 @@ struct FwdPolicyNvDecode {
   static constexpr int kStageBytes = 2 * kBlockN * kRowStride;
   static constexpr int kOffQ = 0;
   static constexpr int kOffRed = kOffQ + kBlockM * kRow16;
-  static constexpr int kOffRing = kOffRed + 2 * kWarps * 16 * 4;
+  static constexpr int kOffBar = kOffRed + 2 * kWarps * 16 * 4;  // [kWarps][8] (kStages <= 8)
+  static constexpr int kOffRing = kOffBar + kWarps * 8 * 8;
   // Tiles that fit next to Cfg::kBlocksPerSm - 1 other blocks (sm_90: 227 KiB per multiprocessor,
   // 1 KiB of it reserved per block), 2..8; or Cfg::kStages.
   static constexpr int kFit = (232448 / Cfg::kBlocksPerSm - 1024 - kOffRing) / kStageBytes;
   static constexpr int kStages = Cfg::kStages ? Cfg::kStages : kFit < 2 ? 2 : kFit > 8 ? 8 : kFit;
+  static_assert(kStages <= 8, "a warp has 8 ring mbarriers");
   // The final sum, in the ring: partial O [warp][kBlockM][kOStride] f32, l [warp][kBlockM], m [kBlockM].
   static constexpr int kOStride = kD + 8;  // float2 reads of rows g, g + 4: distinct banks
   static constexpr int kSumBytes = 4 * (kWarps * kBlockM * kOStride + kWarps * kBlockM + kBlockM);
@@ -121,13 +126,39 @@ struct FwdPipelineNvDecode {
   FP8ATTN_DEVICE static void load_q(const FwdParams&, const BlockCtx&, uint8_t*) {}
   FP8ATTN_DEVICE static void prepare(uint8_t*) {}
 
-  // cp.async of this warp's 16 keys of KV tile `tile` into `stage`: the warp's 16 x kChunks 16-byte
-  // chunks of K (and of V), kChunks / 2 per lane; lanes run along the rows (kRowCopy) or 2 lanes
-  // per key. Keys at or past k_len are zero-filled and never read.
-  FP8ATTN_DEVICE static void load_kv(const FwdParams& p, const BlockCtx& c, int tile, uint8_t* stage) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  static constexpr bool kBulk = true;
+#else
+  static constexpr bool kBulk = false;
+#endif
+
+  // This warp's 16 keys of KV tile `tile` into `stage` (keys at or past k_len are zeros: P is 0
+  // there, and V must be finite). Bulk: lanes 0-15 copy the K rows, 16-31 the V rows, one bulk copy
+  // each, counted on `bar`. Otherwise cp.async of the warp's 16 x kChunks 16-byte chunks of K (and
+  // of V), kChunks / 2 per lane; lanes run along the rows (kRowCopy) or 2 lanes per key.
+  FP8ATTN_DEVICE static void load_kv(const FwdParams& p, const BlockCtx& c, int tile, uint8_t* stage, uint64_t* bar) {
     const int lane = threadIdx.x % 32;
     const uint8_t* kbase = static_cast<const uint8_t*>(p.k) + static_cast<int64_t>(c.hkv) * p.k_head_stride;
     const uint8_t* vbase = static_cast<const uint8_t*>(p.v) + static_cast<int64_t>(c.hkv) * p.v_head_stride;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    const int32_t key0 = tile * kBN + kKW * (threadIdx.x / 32);
+    const int r = kKW * (threadIdx.x / 32) + lane % kKW;
+    const bool is_v = lane >= kKW;
+    const int32_t key = key0 + lane % kKW;
+    uint8_t* dst = stage + (is_v ? kBN * Policy::kRowStride : 0) + r * Policy::kRowStride;
+    if (lane == 0) {
+      const int32_t valid = min(max(c.seq.k_len - key0, 0), kKW);
+      nv::mbar_arrive_expect_tx(bar, static_cast<uint32_t>(2 * valid * kD));
+    }
+    __syncwarp();
+    if (key < c.seq.k_len) {
+      nv::bulk_copy_g2s(dst, (is_v ? vbase : kbase) + c.seq.key_offset(p, key, is_v), kD, bar);
+    } else {
+#pragma unroll
+      for (int ch = 0; ch < kChunks; ++ch) reinterpret_cast<uint4*>(dst)[ch] = make_uint4(0, 0, 0, 0);
+    }
+#else
+    (void)bar;
 #pragma unroll
     for (int j = 0; j < (kChunks + 1) / 2; ++j) {
       const int i = lane + 32 * j;
@@ -136,11 +167,12 @@ struct FwdPipelineNvDecode {
         const int r = kKW * (threadIdx.x / 32) + kr;
         const int32_t key = tile * kBN + r;
         const bool ok = key < c.seq.k_len;
-        uint8_t* kdst = stage + r * Policy::kRowStride + Policy::chunk_at(r, ch);
+        uint8_t* kdst = stage + r * Policy::kRowStride + 16 * ch;
         nv::cp_async_16(kdst, kbase + (ok ? c.seq.key_offset(p, key, false) : 0) + 16 * ch, ok);
         nv::cp_async_16(kdst + kBN * Policy::kRowStride, vbase + (ok ? c.seq.key_offset(p, key, true) : 0) + 16 * ch, ok);
       }
     }
+#endif
   }
 
   // One KV tile for this warp's 16 keys: S^T, the tile's row max (shared with the other warps
@@ -156,7 +188,7 @@ struct FwdPipelineNvDecode {
     // same keys of chunk ch + 1 (of ch again past the last chunk). Row kKW * warp + lr: (row & 7) = (lane & 7).
     const int lr = (lane & 7) + 8 * ((lane >> 3) & 1);
     const auto at = [&](const uint8_t* base, int ch) {
-      return base + lr * Policy::kRowStride + Policy::chunk_at(lane, ch + 1 < kChunks ? ch + (lane >> 4) : ch);
+      return base + lr * Policy::kRowStride + 16 * (ch + 1 < kChunks ? ch + (lane >> 4) : ch);
     };
 
     // S^T = K . Q^T
@@ -334,11 +366,19 @@ struct FwdPipelineNvDecode {
     const uint8_t* sQ = smem + Policy::kOffQ;
     float* sRed = reinterpret_cast<float*>(smem + Policy::kOffRed);
     uint8_t* ring = smem + Policy::kOffRing;
+    uint64_t* bars = reinterpret_cast<uint64_t*>(smem + Policy::kOffBar) + 8 * warp;  // this warp's ring
     pdl_launch_dependents();  // the combine kernel may become resident now (it waits for this grid)
+    if constexpr (kBulk) {
+      if (lane == 0) {
+        for (int s = 0; s < kStages; ++s) nv::mbar_init(&bars[s], 1);
+        nv::fence_mbarrier_init();
+      }
+      __syncwarp();
+    }
     const int tiles = c.tile_end - c.tile_begin;
 #pragma unroll
     for (int i = 0; i < kStages; ++i) {
-      if (i < tiles) load_kv(p, c, c.tile_begin + i, ring + i * Policy::kStageBytes);
+      if (i < tiles) load_kv(p, c, c.tile_begin + i, ring + i * Policy::kStageBytes, &bars[i]);
       nv::cp_async_commit();
     }
     F16::load_q(p, c, smem);  // its latency overlaps the first tiles'
@@ -363,14 +403,18 @@ struct FwdPipelineNvDecode {
     for (int i = 0; i < tiles; ++i) {
       const int tile = c.tile_begin + i;
       uint8_t* stage = ring + slot * Policy::kStageBytes;
-      nv::cp_async_wait<kStages - 1>();
-      __syncwarp();  // the warp's copies of this tile are visible to all its lanes
+      if constexpr (kBulk)
+        nv::mbar_wait(&bars[slot], (i / kStages) & 1);
+      else
+        nv::cp_async_wait<kStages - 1>();
+      __syncwarp();  // the warp's copies (and zero rows) of this tile are visible to all its lanes
       const int k0 = tile * kBN;
       const bool need_mask = Problem::kHasMask ? !c.mask.tile_fully_visible(c.qrow0, c.qrow1, k0, k0 + kBN)
                                                : k0 + kBN > c.seq.k_len;
       step(c, tile, need_mask, rows.qrow, rows.logits, pq.inv_p_scale, sQ, stage, sRed, acc, lacc, m);
       __syncwarp();  // every lane is done with the slot before it is refilled
-      if (i + kStages < tiles) load_kv(p, c, tile + kStages, stage);
+      if constexpr (kBulk) nv::fence_proxy_async();  // ... by the async proxy
+      if (i + kStages < tiles) load_kv(p, c, tile + kStages, stage, &bars[slot]);
       nv::cp_async_commit();
       slot = slot + 1 == kStages ? 0 : slot + 1;
     }
