@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "../trace.h"
 #include "epilogue.h"
 #include "pipeline.h"
 
@@ -171,6 +172,7 @@ __global__ void __launch_bounds__(Policy::kThreads) fwd_kernel(const __grid_cons
   extern __shared__ __align__(128) uint8_t smem[];
   const int warp = threadIdx.x / Tile::kWarpSize, lane = threadIdx.x % Tile::kWarpSize;
   BlockCtx c;
+  FP8ATTN_TRACE(kTraceKernelStart);
   if (!make_block<Problem, Policy>(p, blockIdx.x, blockIdx.y, c)) return;
   ThreadRows<Tile> tr;
   tr.init(p, c, warp, lane);
@@ -182,6 +184,7 @@ __global__ void __launch_bounds__(Policy::kThreads) fwd_kernel(const __grid_cons
   init_state(st);
   Pipe::run(p, c, tr.qrow, tr.logits, pq, smem, st);  // its first barrier publishes Q and the K pad
   store_rows<Problem, Policy>(p, c, tr, st, lane);
+  FP8ATTN_TRACE(kTraceRowsStored);
 }
 
 // Programmatic Dependent Launch (sm_90+; no-ops elsewhere): launch_dependents lets the grid

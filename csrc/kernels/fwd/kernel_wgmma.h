@@ -55,6 +55,7 @@ __global__ void __launch_bounds__(Policy::kThreads, 1) fwd_kernel_wgmma(const __
       else
         store_rows<Problem, Policy>(p, c, tr, st, lane);
       cons.release_q(bars);
+      FP8ATTN_TRACE(kTraceConsumerStored);
     }
   }
 #endif

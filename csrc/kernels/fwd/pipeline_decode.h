@@ -38,6 +38,7 @@
 #include <cuda_runtime.h>
 
 #include "../arch/nv_wgmma.h"
+#include "../trace.h"
 #include "decode_config.h"
 #include "kernel.h"
 #include "pipeline_f16.h"
@@ -375,12 +376,14 @@ struct FwdPipelineNvDecode {
       }
       __syncwarp();
     }
+    FP8ATTN_TRACE(kTraceDecodeStart);
     const int tiles = c.tile_end - c.tile_begin;
 #pragma unroll
     for (int i = 0; i < kStages; ++i) {
       if (i < tiles) load_kv(p, c, c.tile_begin + i, ring + i * Policy::kStageBytes, &bars[i]);
       nv::cp_async_commit();
     }
+    FP8ATTN_TRACE(kTraceDecodeFirstIssued);
     F16::load_q(p, c, smem);  // its latency overlaps the first tiles'
     ThreadRows<DecodeRows<kNR>> rows;
     rows.init(p, c, warp, lane);
@@ -398,6 +401,7 @@ struct FwdPipelineNvDecode {
 #pragma unroll
     for (int ri = 0; ri < kR; ++ri) m[ri] = -INFINITY;
 
+    FP8ATTN_TRACE(kTraceDecodeQ);
     __syncthreads();  // Q16 published
     int slot = 0;
     for (int i = 0; i < tiles; ++i) {
@@ -407,18 +411,22 @@ struct FwdPipelineNvDecode {
         nv::mbar_wait(&bars[slot], (i / kStages) & 1);
       else
         nv::cp_async_wait<kStages - 1>();
+      FP8ATTN_TRACE(kTraceDecodeLanded);
       __syncwarp();  // the warp's copies (and zero rows) of this tile are visible to all its lanes
       const int k0 = tile * kBN;
       const bool need_mask = Problem::kHasMask ? !c.mask.tile_fully_visible(c.qrow0, c.qrow1, k0, k0 + kBN)
                                                : k0 + kBN > c.seq.k_len;
       step(c, tile, need_mask, rows.qrow, rows.logits, pq.inv_p_scale, sQ, stage, sRed, acc, lacc, m);
+      FP8ATTN_TRACE(kTraceDecodeStepped);
       __syncwarp();  // every lane is done with the slot before it is refilled
       if constexpr (kBulk) nv::fence_proxy_async();  // ... by the async proxy
       if (i + kStages < tiles) load_kv(p, c, tile + kStages, stage, &bars[slot]);
       nv::cp_async_commit();
       slot = slot + 1 == kStages ? 0 : slot + 1;
+      FP8ATTN_TRACE(kTraceDecodeIssued);
     }
     reduce(ring, acc, lacc, m, st);
+    FP8ATTN_TRACE(kTraceDecodeReduced);
   }
 };
 

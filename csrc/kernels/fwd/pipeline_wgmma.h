@@ -24,6 +24,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "../trace.h"
 #include "pipeline.h"
 #include "policy_wgmma.h"
 
@@ -197,6 +198,7 @@ struct FwdPipelineNvWgmma {
       transpose_v(vraw_buf(smem, s), vt_buf(smem, s));
       nv::fence_proxy_async();
       nv::mbar_arrive(&bars->v_full[s]);
+      FP8ATTN_TRACE(kTraceProducerFinalized);
       ++fz;
     }
     FP8ATTN_DEVICE void drain(uint8_t* smem, Barriers* bars) {
@@ -205,12 +207,15 @@ struct FwdPipelineNvWgmma {
 
     FP8ATTN_DEVICE void item(const FwdParams& p, const BlockCtx& c, uint8_t* smem, Barriers* bars) {
       // Finish the previous item's tiles first: the consumers release Q only after their last one.
+      FP8ATTN_TRACE(kTraceProducerItem);
       drain(smem, bars);
+      FP8ATTN_TRACE(kTraceProducerDrained);
       const int qs = qn & 1;
       if (qn >= 2) nv::mbar_wait(&bars->q_empty[qs], ((qn >> 1) - 1) & 1);
       load_q(p, c, q_buf(smem, qs));
       nv::fence_proxy_async();
       nv::mbar_arrive(&bars->q_full[qs]);
+      FP8ATTN_TRACE(kTraceProducerQ);
       ++qn;
 #pragma unroll 1
       for (int tile = c.tile_begin; tile < c.tile_end; ++tile) {
@@ -221,6 +226,7 @@ struct FwdPipelineNvWgmma {
         nv::cp_async_commit();
         ++g;
       }
+      FP8ATTN_TRACE(kTraceProducerIssued);
     }
   };
 
@@ -370,7 +376,9 @@ struct FwdPipelineNvWgmma {
       const uint64_t dq = QK::desc(q_buf(smem, qs), Policy::kBlockM, 64 * wg, 0);
       float s[32], lt[4];
       float(&acc)[kD / 2] = reinterpret_cast<float(&)[kD / 2]>(st.acc);
+      FP8ATTN_TRACE(kTraceConsumerItem);
       nv::mbar_wait(&bars->q_full[qs], (qn >> 1) & 1);
+      FP8ATTN_TRACE(kTraceConsumerQ);
       ++qn;
       if (c.tile_begin < c.tile_end) {
         uint32_t pa[8];
@@ -378,6 +386,7 @@ struct FwdPipelineNvWgmma {
         int slot = g % kStages;
         uint32_t phase = (g / kStages) & 1;
         nv::mbar_wait(&bars->k_full[slot], phase);
+        FP8ATTN_TRACE(kTraceConsumerFirstK);
         nv::wgmma_fence();
         issue_qk(s, dq, slot);
         nv::wgmma_wait<0>();
@@ -389,8 +398,10 @@ struct FwdPipelineNvWgmma {
           const uint32_t nphase = ((g + 1) / kStages) & 1;
           // Both waits come before the fence: a branch (the mbarrier spin) inside the stage
           // between wgmma.fence and the last wgmma makes ptxas serialize every wgmma (C7519/C7513).
+          FP8ATTN_TRACE(kTraceConsumerStepWait);
           nv::mbar_wait(&bars->k_full[nslot], nphase);
           nv::mbar_wait(&bars->v_full[slot], phase);
+          FP8ATTN_TRACE(kTraceConsumerStepGo);
           nv::fence_operands(acc);
           nv::fence_operands(pa);
           nv::wgmma_fence();
@@ -428,6 +439,7 @@ struct FwdPipelineNvWgmma {
         st.l[1] += lt[2];
         ++g;
       }
+      FP8ATTN_TRACE(kTraceConsumerLoopDone);
       // Every lane of a quad holds the whole row sum; the epilogue sums the quad (Tile::row_sum),
       // so hand it a quarter (exact: a power of two).
       st.l[0] *= 0.25f;

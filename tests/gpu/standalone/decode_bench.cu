@@ -4,6 +4,8 @@
 // blocks full of NaN codes), q_len 1, 32 q / 8 kv heads, causal, FP8 output, p_scale 1/448.
 // Build: tests/gpu/standalone/build.sh.
 //   decode_bench [REPS] [VARIANT...]   (default: 50 reps, every variant; names in the table below)
+//   decode_bench_trace                 (built with -DFP8ATTN_EVENT_TRACE) an event trace of the default
+//                                      kernel's first blocks
 // Per shape and variant: agreement with split-N at one split and at the variant's split count,
 // then us per call: eager (events around each call, median), graph (CUDA graph of 20 calls),
 // cold (eager after a 256 MiB L2 flush), fwd (graph, forward kernel alone: no combine).
@@ -18,6 +20,9 @@
 #include <cstring>
 #include <string>
 
+#ifdef FP8ATTN_EVENT_TRACE
+#include "event_trace.h"  // before the kernels: defines FP8ATTN_TRACE
+#endif
 #include "cuda_check.h"
 #include "kernels/fwd/api.cu"  // choose_num_splits: the split count the torch entry point takes
 #include "kernels/fwd/launch.h"
@@ -283,6 +288,33 @@ Variant variant(const char* name, const char* what, int split_bps, int min_tiles
   return {name, what, decode_fn<Cfg>, occupancy<Cfg>, FwdPolicyNvDecode<Prob, 1, Cfg>::kStages, split_bps, min_tiles, pdl};
 }
 
+#ifdef FP8ATTN_EVENT_TRACE
+// decode_bench_trace: an event trace of the default decode kernel (forward alone) at 1x32k and 32x8k.
+int main() {
+  int num_sm = 0;
+  CK(cudaDeviceGetAttribute(&num_sm, cudaDevAttrMultiProcessorCount, 0));
+  cudaStream_t stream;
+  CK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  const int shapes[][2] = {{1, 32768}, {32, 8192}};
+  for (const auto& sh : shapes) {
+    Bench b(sh[0], sh[1], num_sm, stream);
+    const int64_t tiles = (sh[1] + kGpuKvTile - 1) / kGpuKvTile;
+    const int splits = decode_num_splits(int64_t{sh[0]} * kHkv, tiles, num_sm, DecodeDefault::kBlocksPerSm,
+                                         kDecodeMinTilesPerSplit);
+    DecodeLaunch fwd_only;
+    fwd_only.combine = false;
+    const Call c{decode_fn<DecodeDefault>, splits, fwd_only};
+    const double us = b.time_graph(c);  // with the recording on: slower than the plain binary
+    trace_reset();
+    b.launch(c);
+    CK(cudaStreamSynchronize(stream));
+    std::printf("\n=== B=%d ctx=%d, %d splits: forward kernel %.1f us (graph); warps 0 and 3 of the first blocks\n", sh[0],
+                sh[1], splits, us);
+    trace_dump(3, 200);
+  }
+  return 0;
+}
+#else
 int main(int argc, char** argv) {
   const int reps = argc > 1 ? std::max(1, std::atoi(argv[1])) : 50;
   int dev = 0, num_sm = 0;
@@ -391,3 +423,4 @@ int main(int argc, char** argv) {
   cudaFree(flush);
   return all_ok ? 0 : 1;
 }
+#endif  // FP8ATTN_EVENT_TRACE

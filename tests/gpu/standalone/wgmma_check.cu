@@ -2,6 +2,8 @@
 // (same tiles and quantization points, known correct against the CPU oracle), without torch: a
 // quick loop on an H200 before the full GPU suite. Build: tests/gpu/standalone/build.sh.
 //   wgmma_check [--quick]      agreement on contract cases, then TFLOP/s of both pipelines
+//   wgmma_check_trace          (built with -DFP8ATTN_EVENT_TRACE) an event trace of the wgmma
+//                              kernel's first blocks on short and long prefill shapes
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -11,6 +13,9 @@
 #include <random>
 #include <vector>
 
+#ifdef FP8ATTN_EVENT_TRACE
+#include "event_trace.h"  // before the kernels: defines FP8ATTN_TRACE
+#endif
 #include "cuda_check.h"
 #include "kernels/fwd/kernel_wgmma.h"
 #include "kernels/fwd/pipeline_decode.h"
@@ -327,6 +332,28 @@ double time_ms(bool wgmma, const FwdParams& p, int reps) {
   return t[t.size() / 2];
 }
 
+#ifdef FP8ATTN_EVENT_TRACE
+int main() {
+  struct Shape {
+    int B, S;
+    bool causal;
+  };
+  for (const Shape& f : {Shape{16, 512, true}, Shape{4, 2048, true}, Shape{1, 8192, false}}) {
+    Case c{"trace", f.B, 32, 32, 128, std::vector<int>(f.B, f.S), std::vector<int>(f.B, f.S)};
+    c.causal = f.causal;
+    Built b = build(c);
+    b.p.q_descale = b.p.k_descale = nullptr;
+    const double ms = time_ms(true, b.p, 10);  // with the recording on: slower than the plain binary
+    trace_reset();
+    dispatch(true, b.p);
+    CK(cudaDeviceSynchronize());
+    std::printf("\n=== B=%d H=32 S=%d D=128 causal=%d: %.1f us per call; warps 0 (producer), 4, 8 (consumers)\n", f.B,
+                f.S, f.causal, ms * 1e3);
+    trace_dump(4, 400);
+  }
+  return 0;
+}
+#else
 int main(int argc, char** argv) {
   const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
   cudaDeviceProp prop;
@@ -396,3 +423,4 @@ int main(int argc, char** argv) {
   }
   return all ? 0 : 1;
 }
+#endif  // FP8ATTN_EVENT_TRACE

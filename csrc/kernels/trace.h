@@ -1,0 +1,42 @@
+// Event-trace hooks of the GPU pipelines. FP8ATTN_TRACE(event) compiles to nothing unless the
+// translation unit defines it before including the kernels: the standalone checks do when built
+// with -DFP8ATTN_EVENT_TRACE (tests/gpu/standalone/event_trace.h records a timestamp per warp
+// leader). Such traces located the wgmma epilogue's and the decode copies' costs
+// (docs/hopper-wgmma.md, docs/gpu-kernels.md).
+#pragma once
+
+namespace fp8attn {
+
+enum TraceEvent : int {
+  // fwd_kernel (portable and decode pipelines)
+  kTraceKernelStart = 19,
+  kTraceRowsStored = 28,
+  // wgmma producer (warp 0 of the block)
+  kTraceProducerItem = 1,        // a work item starts
+  kTraceProducerDrained = 2,     // the previous item's tiles are finalized
+  kTraceProducerQ = 3,           // Q stored, q_full arrived
+  kTraceProducerIssued = 4,      // the item's KV copies are issued
+  kTraceProducerFinalized = 5,   // a tile is complete (k_full, v_full)
+  // wgmma consumers (warps 4 and 8: the leaders of the two consumer warpgroups)
+  kTraceConsumerItem = 10,       // a work item starts
+  kTraceConsumerQ = 11,          // q_full passed
+  kTraceConsumerFirstK = 12,     // the first tile's k_full passed
+  kTraceConsumerStepWait = 13,   // a KV step waits for its tiles ...
+  kTraceConsumerStepGo = 16,     // ... and has them
+  kTraceConsumerLoopDone = 14,   // the item's last P.V retired
+  kTraceConsumerStored = 15,     // the epilogue is done
+  // decode pipeline (every warp)
+  kTraceDecodeStart = 20,        // the ring is set up
+  kTraceDecodeFirstIssued = 27,  // the first tiles' copies are issued
+  kTraceDecodeQ = 24,            // Q and the rows are loaded
+  kTraceDecodeLanded = 21,       // a tile's copies have landed
+  kTraceDecodeStepped = 22,      // its step is computed
+  kTraceDecodeIssued = 23,       // the next tile's copies are issued
+  kTraceDecodeReduced = 25,      // the warps' partial results are summed
+};
+
+}  // namespace fp8attn
+
+#ifndef FP8ATTN_TRACE
+#define FP8ATTN_TRACE(event) ((void)0)
+#endif
