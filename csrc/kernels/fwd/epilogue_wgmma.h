@@ -30,7 +30,7 @@ struct EpilogueNvWgmma {
 #if FP8ATTN_NV_WGMMA
     static_assert(Problem::kFp8 == Fp8Kind::E4M3FN, "the hardware conversion writes e4m3fn");
     const RowScales<Policy> rs(p, c, st);
-    const float inv_out_scale = p.out_scale ? 1.f / *p.out_scale : 1.f;
+    const float inv_out_scale = OutputTransform<Problem::kFp8>::make(p).inv_out_scale;
 #pragma unroll
     for (int ri = 0; ri < Tile::kRows; ++ri) {
       const int r = warp * Tile::kRowsPerWarp + Tile::row_in_warp(lane, ri);

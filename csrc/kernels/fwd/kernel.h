@@ -84,8 +84,6 @@ FP8ATTN_DEVICE void init_state(FwdState<Policy>& st) {
   }
 }
 
-// The Epilogue call of every pipeline: the thread's rows of O (and lse) to out, or to the split
-// workspace when the KV range is split.
 // Per row of the thread: the factor from acc to O (v_descale / l; 0 for a row with no visible key)
 // and lse.
 template <class Policy>
@@ -114,6 +112,8 @@ FP8ATTN_DEVICE void store_lse(const FwdParams& p, const BlockCtx& c, const Threa
           static_cast<int64_t>(tr.qrow[ri]) * p.lse_row_stride] = lse;
 }
 
+// The Epilogue call of every pipeline: the thread's rows of O (and lse) to out, or to the split
+// workspace when the KV range is split.
 template <class Problem, class Policy>
 FP8ATTN_DEVICE void store_rows(const FwdParams& p, const BlockCtx& c, const ThreadRows<typename Policy::Tile>& tr,
                                const FwdState<Policy>& st, int lane) {
