@@ -50,9 +50,8 @@ struct BlockCtx {
   int32_t tile_begin, tile_end;  // KV tiles this block (split) processes
 };
 
-// The 16 FP8 codes of chunk `ch` of packed row `r` of the block (zeros past its rows): q row
-// r / G of q head hkv * G + r % G (GQA packing, see kernel.h), quantized when q is 16-bit.
-// Its element offset in q and its q head; false past the block's rows.
+// Chunk `ch` of packed row `r` of the block -- q row r / G of q head hkv * G + r % G (GQA
+// packing, see kernel.h): its element offset in q and its q head; false past the block's rows.
 FP8ATTN_DEVICE bool q_chunk_offset(const FwdParams& p, const BlockCtx& c, int r, int ch, int64_t* off, int32_t* h) {
   const int mrow = c.m0 + r;
   if (mrow >= c.rows) return false;
@@ -62,6 +61,7 @@ FP8ATTN_DEVICE bool q_chunk_offset(const FwdParams& p, const BlockCtx& c, int r,
          ch * 16;
   return true;
 }
+// The 16 FP8 codes of that chunk (zeros past the block's rows), quantized when q is 16-bit.
 template <Fp8Kind K>
 FP8ATTN_DEVICE uint4 load_q_chunk(const FwdParams& p, const BlockCtx& c, int r, int ch) {
   int64_t off;

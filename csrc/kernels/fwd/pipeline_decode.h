@@ -6,7 +6,8 @@
 //    multiprocessor allow (decode_config.h); the first tiles are requested before Q is loaded.
 //    On sm_90 the copies are bulk copies (the TMA engine), one per K / V row, completed on a
 //    per-warp, per-stage mbarrier: with 16-byte cp.async (earlier archs) a warp's copy issue
-//    stalled 2-4 us per tile once the memory system was busy (an event trace, docs/gpu-kernels.md).
+//    stalled 2-4 us per tile once the memory system was busy (an event trace); the bulk copies
+//    take ~2 us, being issued one lane at a time (docs/gpu-kernels.md).
 //  * K and V stay FP8 in shared memory and are widened in registers right before their MMA (exact:
 //    every e4m3 value is an f16 value), each byte once.
 //  * The rows are the n8 side of the f16 MMA: S^T = K . Q^T and O^T += V^T . P8^T (keys / d on
