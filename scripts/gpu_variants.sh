@@ -27,9 +27,9 @@ if [ "$cmd" = prepare ]; then
   exit 0
 fi
 [ "$cmd" = run ] || { echo "usage: $0 prepare REV... | run [OUTDIR]"; exit 2; }
-OUTDIR=${1:-variants-results}
+mkdir -p "${1:-variants-results}"
+OUTDIR=$(cd "${1:-variants-results}" && pwd)
 T=${STEP_TIMEOUT:-300}
-mkdir -p "$OUTDIR"
 export PATH=/usr/local/cuda/bin:$PATH PYTHONUNBUFFERED=1 FP8ATTN_ARCHS=${FP8ATTN_ARCHS:-sm90a}
 if [ -x /usr/bin/g++ ]; then export CXX=/usr/bin/g++ CC=/usr/bin/gcc CUDAHOSTCXX=/usr/bin/g++; fi  # see gpu_check.sh
 if [ -z "${TORCH_CUDA_ARCH_LIST:-}" ]; then
@@ -43,8 +43,8 @@ jobs=$(( $(nproc) / ${#vars[@]} ))
 start=$(date +%s)
 for v in "${vars[@]}"; do
   mkdir -p "$OUTDIR/$v"
-  (cd "variants/$v" && MAX_JOBS=$jobs python3 setup.py build_ext --inplace >"../../$OUTDIR/$v/build.log" 2>&1
-   echo $? >"../../$OUTDIR/$v/build.rc") &
+  (cd "variants/$v" && MAX_JOBS=$jobs python3 setup.py build_ext --inplace >"$OUTDIR/$v/build.log" 2>&1
+   echo $? >"$OUTDIR/$v/build.rc") &
 done
 wait
 echo "built ${#vars[@]} variants in $(( $(date +%s) - start )) s (MAX_JOBS=$jobs each)"
@@ -58,7 +58,7 @@ for v in "${vars[@]}"; do
   echo "== $v: GPU tests"
   (cd "variants/$v" && PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} timeout "$T" python3 -m pytest -q tests/gpu 2>&1 | tail -2) || rc=1
   (cd "variants/$v" && PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} FP8ATTN_COMMIT=$v timeout "$T" \
-     python3 -m fp8attn.bench --peers "$peers" --out-dir "../../$OUTDIR/$v" ${BENCH_ARGS:-} >/dev/null 2>&1) ||
+     python3 -m fp8attn.bench --peers "$peers" --out-dir "$OUTDIR/$v" ${BENCH_ARGS:-} >/dev/null 2>&1) ||
     { echo "   bench failed"; rc=1; }
   peers=none
 done
