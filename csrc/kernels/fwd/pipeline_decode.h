@@ -142,39 +142,40 @@ struct FwdPipelineNvDecode {
     const int lane = threadIdx.x % 32;
     const uint8_t* kbase = static_cast<const uint8_t*>(p.k) + static_cast<int64_t>(c.hkv) * p.k_head_stride;
     const uint8_t* vbase = static_cast<const uint8_t*>(p.v) + static_cast<int64_t>(c.hkv) * p.v_head_stride;
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    const int32_t key0 = tile * kBN + kKW * (threadIdx.x / 32);
-    const int r = kKW * (threadIdx.x / 32) + lane % kKW;
-    const bool is_v = lane >= kKW;
-    const int32_t key = key0 + lane % kKW;
-    uint8_t* dst = stage + (is_v ? kBN * Policy::kRowStride : 0) + r * Policy::kRowStride;
-    if (lane == 0) {
-      const int32_t valid = min(max(c.seq.k_len - key0, 0), kKW);
-      nv::mbar_arrive_expect_tx(bar, static_cast<uint32_t>(2 * valid * kD));
-    }
-    __syncwarp();
-    if (key < c.seq.k_len) {
-      nv::bulk_copy_g2s(dst, (is_v ? vbase : kbase) + c.seq.key_offset(p, key, is_v), kD, bar);
+    if constexpr (kBulk) {
+      const int32_t key0 = tile * kBN + kKW * (threadIdx.x / 32);
+      const int r = kKW * (threadIdx.x / 32) + lane % kKW;
+      const bool is_v = lane >= kKW;
+      const int32_t key = key0 + lane % kKW;
+      uint8_t* dst = stage + (is_v ? kBN * Policy::kRowStride : 0) + r * Policy::kRowStride;
+      if (lane == 0) {
+        const int32_t valid = min(max(c.seq.k_len - key0, 0), kKW);
+        nv::mbar_arrive_expect_tx(bar, static_cast<uint32_t>(2 * valid * kD));
+      }
+      __syncwarp();
+      if (key < c.seq.k_len) {
+        nv::bulk_copy_g2s(dst, (is_v ? vbase : kbase) + c.seq.key_offset(p, key, is_v), kD, bar);
+      } else {
+#pragma unroll
+        for (int ch = 0; ch < kChunks; ++ch) reinterpret_cast<uint4*>(dst)[ch] = make_uint4(0, 0, 0, 0);
+      }
     } else {
 #pragma unroll
-      for (int ch = 0; ch < kChunks; ++ch) reinterpret_cast<uint4*>(dst)[ch] = make_uint4(0, 0, 0, 0);
-    }
-#else
-    (void)bar;
-#pragma unroll
-    for (int j = 0; j < (kChunks + 1) / 2; ++j) {
-      const int i = lane + 32 * j;
-      const int kr = Policy::kRowCopy ? i / kChunks : lane / 2, ch = Policy::kRowCopy ? i % kChunks : 2 * j + lane % 2;
-      if (Policy::kRowCopy ? i < kKW * kChunks : ch < kChunks) {
-        const int r = kKW * (threadIdx.x / 32) + kr;
-        const int32_t key = tile * kBN + r;
-        const bool ok = key < c.seq.k_len;
-        uint8_t* kdst = stage + r * Policy::kRowStride + 16 * ch;
-        nv::cp_async_16(kdst, kbase + (ok ? c.seq.key_offset(p, key, false) : 0) + 16 * ch, ok);
-        nv::cp_async_16(kdst + kBN * Policy::kRowStride, vbase + (ok ? c.seq.key_offset(p, key, true) : 0) + 16 * ch, ok);
+      for (int j = 0; j < (kChunks + 1) / 2; ++j) {
+        const int i = lane + 32 * j;
+        const int kr = Policy::kRowCopy ? i / kChunks : lane / 2;
+        const int ch = Policy::kRowCopy ? i % kChunks : 2 * j + lane % 2;
+        if (Policy::kRowCopy ? i < kKW * kChunks : ch < kChunks) {
+          const int r = kKW * (threadIdx.x / 32) + kr;
+          const int32_t key = tile * kBN + r;
+          const bool ok = key < c.seq.k_len;
+          uint8_t* kdst = stage + r * Policy::kRowStride + 16 * ch;
+          nv::cp_async_16(kdst, kbase + (ok ? c.seq.key_offset(p, key, false) : 0) + 16 * ch, ok);
+          nv::cp_async_16(kdst + kBN * Policy::kRowStride, vbase + (ok ? c.seq.key_offset(p, key, true) : 0) + 16 * ch,
+                          ok);
+        }
       }
     }
-#endif
   }
 
   // One KV tile for this warp's 16 keys: S^T, the tile's row max (shared with the other warps
