@@ -77,6 +77,12 @@ struct FwdParams {
   float* o_accum = nullptr;    // [num_splits, B*Sq or T, H, D]
   float* lse_accum = nullptr;  // [num_splits, B*Sq or T, H]
   int32_t num_sm = 0;
+  // Hopper decode: TMA tensor maps (CUtensorMap, opaque here) of the paged K and V cache, one page
+  // of one kv head per box, encoded by the decode launcher when the layout allows
+  // (pipeline_decode.h, arch/nv_tma.h); kv_tma = 0: not encoded.
+  int32_t kv_tma = 0;
+  alignas(64) unsigned char k_tmap[128] = {};
+  alignas(64) unsigned char v_tmap[128] = {};
 };
 
 }  // namespace fp8attn

@@ -38,6 +38,7 @@
 
 #include <cuda_runtime.h>
 
+#include "../arch/nv_tma.h"
 #include "../arch/nv_wgmma.h"
 #include "../trace.h"
 #include "decode_config.h"
@@ -138,12 +139,24 @@ struct FwdPipelineNvDecode {
   // there, and V must be finite). Bulk: lanes 0-15 copy the K rows, 16-31 the V rows, one bulk copy
   // each, counted on `bar`. Otherwise cp.async of the warp's 16 x kChunks 16-byte chunks of K (and
   // of V), kChunks / 2 per lane; lanes run along the rows (kRowCopy) or 2 lanes per key.
-  FP8ATTN_DEVICE static void load_kv(const FwdParams& p, const BlockCtx& c, int tile, uint8_t* stage, uint64_t* bar) {
+  FP8ATTN_DEVICE static void load_kv(const FwdParams& p, const BlockCtx& c, int tile, uint8_t* stage, uint64_t* bar,
+                                     int32_t entry) {
     const int lane = threadIdx.x % 32;
     const uint8_t* kbase = static_cast<const uint8_t*>(p.k) + static_cast<int64_t>(c.hkv) * p.k_head_stride;
     const uint8_t* vbase = static_cast<const uint8_t*>(p.v) + static_cast<int64_t>(c.hkv) * p.v_head_stride;
     if constexpr (kBulk) {
       const int32_t key0 = tile * kBN + kKW * (threadIdx.x / 32);
+      if (p.kv_tma && key0 + kKW <= c.seq.k_len) {  // the warp's 16 keys: one box of one cache page
+        if (lane == 0) {
+          const int32_t blk = static_cast<uint32_t>(entry) < static_cast<uint32_t>(p.num_cache_blocks) ? entry : 0;
+          const int32_t row = key0 % p.page_block_size;
+          uint8_t* dst = stage + kKW * (threadIdx.x / 32) * Policy::kRowStride;
+          nv::mbar_arrive_expect_tx(bar, 2 * kKW * Policy::kRowStride);
+          nv::tma_load_page(dst, p.k_tmap, 0, c.hkv, row, blk, bar);
+          nv::tma_load_page(dst + kBN * Policy::kRowStride, p.v_tmap, 0, c.hkv, row, blk, bar);
+        }
+        return;
+      }
       const int r = kKW * (threadIdx.x / 32) + lane % kKW;
       const bool is_v = lane >= kKW;
       const int32_t key = key0 + lane % kKW;
@@ -380,9 +393,18 @@ struct FwdPipelineNvDecode {
     }
     FP8ATTN_TRACE(kTraceDecodeStart);
     const int tiles = c.tile_end - c.tile_begin;
+    // The block-table entry of a tile's page box (TMA path) is read one tile load ahead of its copy.
+    const auto entry_of = [&](int tile) {
+      const int32_t key0 = tile * kBN + kKW * warp;
+      return p.kv_tma && key0 < c.seq.k_len ? c.seq.blocks[key0 / p.page_block_size] : 0;
+    };
+    int32_t first[kStages];
+#pragma unroll
+    for (int i = 0; i < kStages; ++i) first[i] = entry_of(c.tile_begin + i);
+    int32_t ahead = entry_of(c.tile_begin + kStages);
 #pragma unroll
     for (int i = 0; i < kStages; ++i) {
-      if (i < tiles) load_kv(p, c, c.tile_begin + i, ring + i * Policy::kStageBytes, &bars[i]);
+      if (i < tiles) load_kv(p, c, c.tile_begin + i, ring + i * Policy::kStageBytes, &bars[i], first[i]);
       nv::cp_async_commit();
     }
     FP8ATTN_TRACE(kTraceDecodeFirstIssued);
@@ -422,7 +444,10 @@ struct FwdPipelineNvDecode {
       FP8ATTN_TRACE(kTraceDecodeStepped);
       __syncwarp();  // every lane is done with the slot before it is refilled
       if constexpr (kBulk) nv::fence_proxy_async();  // ... by the async proxy
-      if (i + kStages < tiles) load_kv(p, c, tile + kStages, stage, &bars[slot]);
+      if (i + kStages < tiles) {
+        load_kv(p, c, tile + kStages, stage, &bars[slot], ahead);
+        ahead = entry_of(tile + kStages + 1);
+      }
       nv::cp_async_commit();
       slot = slot + 1 == kStages ? 0 : slot + 1;
       FP8ATTN_TRACE(kTraceDecodeIssued);
@@ -454,13 +479,21 @@ inline bool pdl_supported() {  // per device, cached (not a stream operation: fi
 template <class Problem, class Policy>
 void launch_decode_with(const FwdParams& p, cudaStream_t stream, const DecodeLaunch& opt) {
   auto* kern = &fwd_kernel<Problem, Policy, FwdPipelineNvDecode<Problem, Policy>>;
+  // Paged cache on sm_90+: whole-page TMA boxes when the layout allows (else per-row bulk copies).
+  FwdParams q = p;
+  if (p.block_table != nullptr && pdl_supported()) {
+    q.kv_tma = nv::encode_page_map(q.k_tmap, p.k, p.head_dim, p.num_heads_k, p.page_block_size, p.num_cache_blocks,
+                                   p.k_head_stride, p.k_row_stride, p.k_batch_stride, Policy::kRowStride) &&
+               nv::encode_page_map(q.v_tmap, p.v, p.head_dim, p.num_heads_k, p.page_block_size, p.num_cache_blocks,
+                                   p.v_head_stride, p.v_row_stride, p.v_batch_stride, Policy::kRowStride);
+  }
   // Once per kernel and process (not a stream operation: fine during graph capture).
   static const cudaError_t attr_err = cudaFuncSetAttribute(
       reinterpret_cast<const void*>(kern), cudaFuncAttributeMaxDynamicSharedMemorySize, Policy::kSmemBytes);
   (void)attr_err;
   const int64_t nx = static_cast<int64_t>(p.batch) * p.num_heads_k;
   if (nx == 0) return;
-  kern<<<dim3(static_cast<unsigned>(nx), p.num_splits), Policy::kThreads, Policy::kSmemBytes, stream>>>(p);
+  kern<<<dim3(static_cast<unsigned>(nx), p.num_splits), Policy::kThreads, Policy::kSmemBytes, stream>>>(q);
   if (p.num_splits <= 1 || !opt.combine) return;
   const int64_t items = static_cast<int64_t>(p.seqlen_q) * p.num_heads;
   cudaLaunchConfig_t cfg = {};
