@@ -23,14 +23,24 @@ struct EpilogueNvWgmma {
     return p.out_type == ElemType::FP8 && p.num_splits == 1 && (bits & 15) == 0;
   }
 
+  // The scalars it reads from memory, loaded ahead of the item's end (their latency otherwise sits
+  // in every item's epilogue): p_scale and 1 / out_scale once per kernel, v_descale per item.
+  struct Scalars {
+    float p_scale, inv_out_scale, v_descale;
+  };
+  FP8ATTN_DEVICE static Scalars kernel_scalars(const FwdParams& p) {
+    return {p_scale_of(p), OutputTransform<Problem::kFp8>::make(p).inv_out_scale, 1.f};
+  }
+
   // wg: the consumer warpgroup, warp: the consumer warp in the block (rows 16 * warp ..), sQ: the
   // item's Q buffer (its rows 64 * wg .. belong to this warpgroup).
   FP8ATTN_DEVICE static void store(const FwdParams& p, const BlockCtx& c, const ThreadRows<Tile>& tr,
-                                   const FwdState<Policy>& st, uint8_t* sQ, int wg, int warp, int lane) {
+                                   const FwdState<Policy>& st, const Scalars& sc, uint8_t* sQ, int wg, int warp,
+                                   int lane) {
 #if FP8ATTN_NV_WGMMA
     static_assert(Problem::kFp8 == Fp8Kind::E4M3FN, "the hardware conversion writes e4m3fn");
-    const RowScales<Policy> rs(p, c, st);
-    const float inv_out_scale = OutputTransform<Problem::kFp8>::make(p).inv_out_scale;
+    const RowScales<Policy> rs(st, sc.p_scale, sc.v_descale);
+    const float inv_out_scale = sc.inv_out_scale;
 #pragma unroll
     for (int ri = 0; ri < Tile::kRows; ++ri) {
       const int r = warp * Tile::kRowsPerWarp + Tile::row_in_warp(lane, ri);

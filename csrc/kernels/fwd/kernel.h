@@ -72,6 +72,9 @@ struct ThreadRows {
 };
 
 FP8ATTN_DEVICE float p_scale_of(const FwdParams& p) { return p.p_scale_ptr ? *p.p_scale_ptr : p.p_scale_default; }
+FP8ATTN_DEVICE float v_descale_of(const FwdParams& p, const BlockCtx& c) {
+  return p.v_descale ? p.v_descale[c.hkv * p.v_descale_head_stride] : 1.f;
+}
 
 template <class Policy>
 FP8ATTN_DEVICE void init_state(FwdState<Policy>& st) {
@@ -90,10 +93,11 @@ template <class Policy>
 struct RowScales {
   float o_scale[Policy::Tile::kRows], lse[Policy::Tile::kRows];
 
-  FP8ATTN_DEVICE RowScales(const FwdParams& p, const BlockCtx& c, const FwdState<Policy>& st) {
+  FP8ATTN_DEVICE RowScales(const FwdParams& p, const BlockCtx& c, const FwdState<Policy>& st)
+      : RowScales(st, p_scale_of(p), v_descale_of(p, c)) {}
+  // With p_scale and v_descale already loaded (a persistent kernel reads them ahead).
+  FP8ATTN_DEVICE RowScales(const FwdState<Policy>& st, float p_scale, float v_descale) {
     using Tile = typename Policy::Tile;
-    const float p_scale = p_scale_of(p);
-    const float v_descale = p.v_descale ? p.v_descale[c.hkv * p.v_descale_head_stride] : 1.f;
 #pragma unroll
     for (int ri = 0; ri < Tile::kRows; ++ri) {
       const float l = Tile::row_sum(st.l[ri]);

@@ -40,18 +40,20 @@ __global__ void __launch_bounds__(Policy::kThreads, 1) fwd_kernel_wgmma(const __
   } else {
     if constexpr (Policy::kConsumerRegs > 0) nv::regs_alloc<Policy::kConsumerRegs>();
     const int warp = threadIdx.x / 32 - 4, lane = threadIdx.x % 32;
-    const typename Policy::PQuant pq{1.f / p_scale_of(p)};
+    typename Epilogue::Scalars sc = Epilogue::kernel_scalars(p);
+    const typename Policy::PQuant pq{1.f / sc.p_scale};
     typename Pipe::Consumer cons(warp / 4, smem);
     for (int32_t item = blockIdx.x; item < total; item += gridDim.x) {
       BlockCtx c;
       if (!make_block<Problem, Policy>(p, item % nx, item / nx, c)) continue;
+      sc.v_descale = v_descale_of(p, c);  // used after the KV loop: its load latency is hidden
       ThreadRows<typename Policy::Tile> tr;
       tr.init(p, c, warp, lane);
       FwdState<Policy> st;
       init_state(st);
       cons.item(p, c, tr, pq, smem, bars, st);
       if (Epilogue::staged(p))
-        Epilogue::store(p, c, tr, st, Pipe::q_buf(smem, cons.qs), warp / 4, warp, lane);
+        Epilogue::store(p, c, tr, st, sc, Pipe::q_buf(smem, cons.qs), warp / 4, warp, lane);
       else
         store_rows<Problem, Policy>(p, c, tr, st, lane);
       cons.release_q(bars);
