@@ -210,10 +210,13 @@ FP8ATTN_DEVICE void pdl_wait() {
 // splits' normalized partial outputs with weights exp(lse_s - max lse) (warp 0 computes them once,
 // into shared memory), then applies the output transform and writes lse. Thread (group s0, float4
 // column j) sums column j over splits s0, s0 + G, ... (G = kCombineLanes / (D/4) groups): the
-// partial outputs are read coalesced, several loads in flight per thread; the groups' sums are then
-// added in group order (deterministic).
+// partial outputs are read coalesced, and the first kCombinePre of a thread's loads are issued before
+// the weights are known, so the lse and O reads of a short combine overlap (one memory round trip
+// instead of two, then one per kCombinePre splits); the groups' sums are then added in group order
+// (deterministic).
 constexpr int kCombineWarps = 1;    // (row, head) items per block
-constexpr int kCombineLanes = 128;  // threads per item
+constexpr int kCombineLanes = 256;  // threads per item
+constexpr int kCombinePre = 8;      // partial-output loads per thread issued before the weights
 constexpr int kMaxSplits = 128;     // choose_num_splits and the entry point keep num_splits <= this
 
 template <Fp8Kind K>
@@ -230,7 +233,17 @@ __global__ void __launch_bounds__(kCombineLanes * kCombineWarps) fwd_combine_ker
   const int64_t split_stride = flat_rows(p) * p.num_heads;
   const int64_t row0 = flat_row(p, b, qrow) * p.num_heads + h;
   const int S = p.num_splits < kMaxSplits ? p.num_splits : kMaxSplits;
+  const int cols = p.head_dim / 4, groups = kCombineLanes / cols;  // head_dim: a multiple of 16, <= 256
+  const int j = tid % cols, s0 = tid / cols;
+  const float4* src = reinterpret_cast<const float4*>(p.o_accum + row0 * p.head_dim) + j;
+  const int64_t step = split_stride * p.head_dim / 4;
   pdl_wait();  // the forward grid's lse_accum / o_accum (when launched as its programmatic dependent)
+  float4 pre[kCombinePre];
+#pragma unroll
+  for (int i = 0; i < kCombinePre; ++i) {
+    const int s = s0 + i * groups;
+    pre[i] = s0 < groups && s < S ? src[s * step] : make_float4(0.f, 0.f, 0.f, 0.f);
+  }
 
   if (tid < 32) {
     float mx = -INFINITY, sum = 0.f;
@@ -254,20 +267,19 @@ __global__ void __launch_bounds__(kCombineLanes * kCombineWarps) fwd_combine_ker
   __syncthreads();
   const float mx = stat[0], wsum = stat[1];
 
-  const int cols = p.head_dim / 4, groups = kCombineLanes / cols;  // head_dim: a multiple of 16, <= 256
-  const int j = tid % cols, s0 = tid / cols;
   float4 o = make_float4(0.f, 0.f, 0.f, 0.f);
+  const auto add = [&](int s, const float4& v) {
+    o.x += w[s] * v.x;
+    o.y += w[s] * v.y;
+    o.z += w[s] * v.z;
+    o.w += w[s] * v.w;
+  };
   if (s0 < groups) {
-    const float4* src = reinterpret_cast<const float4*>(p.o_accum + row0 * p.head_dim) + j;
-    const int64_t step = split_stride * p.head_dim / 4;
+#pragma unroll
+    for (int i = 0; i < kCombinePre; ++i)
+      if (s0 + i * groups < S) add(s0 + i * groups, pre[i]);
 #pragma unroll 4
-    for (int s = s0; s < S; s += groups) {
-      const float4 v = src[s * step];
-      o.x += w[s] * v.x;
-      o.y += w[s] * v.y;
-      o.z += w[s] * v.z;
-      o.w += w[s] * v.w;
-    }
+    for (int s = s0 + kCombinePre * groups; s < S; s += groups) add(s, src[s * step]);
   }
   part[tid] = o;
   __syncthreads();
