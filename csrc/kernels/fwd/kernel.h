@@ -206,24 +206,28 @@ FP8ATTN_DEVICE void pdl_wait() {
 #endif
 }
 
-// Flash-decoding combine: one block of kCombineLanes threads per (query row, head) merges the
-// splits' normalized partial outputs with weights exp(lse_s - max lse) (warp 0 computes them once,
-// into shared memory), then applies the output transform and writes lse. Thread (group s0, float4
-// column j) sums column j over splits s0, s0 + G, ... (G = kCombineLanes / (D/4) groups): the
-// partial outputs are read coalesced, and the first kCombinePre of a thread's loads are issued before
-// the weights are known, so the lse and O reads of a short combine overlap (one memory round trip
-// instead of two, then one per kCombinePre splits); the groups' sums are then added in group order
-// (deterministic).
-constexpr int kCombineWarps = 1;    // (row, head) items per block
-constexpr int kCombineLanes = 256;  // threads per item
-constexpr int kCombinePre = 8;      // partial-output loads per thread issued before the weights
-constexpr int kMaxSplits = 128;     // choose_num_splits and the entry point keep num_splits <= this
+// Flash-decoding combine: one block per (query row, head) merges the splits' normalized partial
+// outputs with weights exp(lse_s - max lse) (warp 0 computes them once, into shared memory), then
+// applies the output transform and writes lse. Thread (group s0, float4 column j) sums column j over
+// splits s0, s0 + G, ... (G = threads / (D/4) groups): the partial outputs are read coalesced, and
+// the first kCombinePre of a thread's loads are issued before the weights are known, so that the lse
+// and O reads overlap (one memory round trip instead of two); the groups' sums are then added in
+// group order (deterministic).
+constexpr int kCombineMaxThreads = 256;
+constexpr int kCombinePre = 8;   // partial-output loads per thread issued before the weights
+constexpr int kMaxSplits = 128;  // choose_num_splits and the entry point keep num_splits <= this
+
+// Threads of a combine block: the fewest (128 or 256) whose first kCombinePre loads cover every
+// split (at D 128: 256 from 33 splits on; 1x32k decode takes 64).
+FP8ATTN_HD int combine_threads(const FwdParams& p) {
+  return p.num_splits * (p.head_dim / 4) <= kCombinePre * 128 ? 128 : kCombineMaxThreads;
+}
 
 template <Fp8Kind K>
-__global__ void __launch_bounds__(kCombineLanes * kCombineWarps) fwd_combine_kernel(const __grid_constant__ FwdParams p) {
+__global__ void __launch_bounds__(kCombineMaxThreads) fwd_combine_kernel(const __grid_constant__ FwdParams p) {
   __shared__ float w[kMaxSplits];
   __shared__ float stat[2];
-  __shared__ float4 part[kCombineLanes];
+  __shared__ float4 part[kCombineMaxThreads];
   const int tid = threadIdx.x;
   const int32_t b = blockIdx.y;
   const int64_t idx = blockIdx.x;
@@ -233,7 +237,7 @@ __global__ void __launch_bounds__(kCombineLanes * kCombineWarps) fwd_combine_ker
   const int64_t split_stride = flat_rows(p) * p.num_heads;
   const int64_t row0 = flat_row(p, b, qrow) * p.num_heads + h;
   const int S = p.num_splits < kMaxSplits ? p.num_splits : kMaxSplits;
-  const int cols = p.head_dim / 4, groups = kCombineLanes / cols;  // head_dim: a multiple of 16, <= 256
+  const int cols = p.head_dim / 4, groups = static_cast<int>(blockDim.x) / cols;  // head_dim: a multiple of 16, <= 256
   const int j = tid % cols, s0 = tid / cols;
   const float4* src = reinterpret_cast<const float4*>(p.o_accum + row0 * p.head_dim) + j;
   const int64_t step = split_stride * p.head_dim / 4;

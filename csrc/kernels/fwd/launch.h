@@ -49,8 +49,7 @@ void launch_kernel(const FwdParams& p, cudaStream_t stream) {
   kKernel<<<grid, Policy::kThreads, Policy::kSmemBytes, stream>>>(p);
   if (p.num_splits > 1) {
     const int64_t items = static_cast<int64_t>(p.seqlen_q) * p.num_heads;
-    const dim3 grid(static_cast<unsigned>((items + kCombineWarps - 1) / kCombineWarps), p.batch);
-    fwd_combine_kernel<Problem::kFp8><<<grid, kCombineLanes * kCombineWarps, 0, stream>>>(p);
+    fwd_combine_kernel<Problem::kFp8><<<dim3(static_cast<unsigned>(items), p.batch), combine_threads(p), 0, stream>>>(p);
   }
 }
 

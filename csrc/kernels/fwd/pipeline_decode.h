@@ -497,8 +497,8 @@ void launch_decode_with(const FwdParams& p, cudaStream_t stream, const DecodeLau
   if (p.num_splits <= 1 || !opt.combine) return;
   const int64_t items = static_cast<int64_t>(p.seqlen_q) * p.num_heads;
   cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(static_cast<unsigned>((items + kCombineWarps - 1) / kCombineWarps), p.batch);
-  cfg.blockDim = dim3(kCombineLanes * kCombineWarps);
+  cfg.gridDim = dim3(static_cast<unsigned>(items), p.batch);
+  cfg.blockDim = dim3(combine_threads(p));
   cfg.stream = stream;
   cudaLaunchAttribute attr[1];
   attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
