@@ -224,6 +224,18 @@ def test_cuda_graph_capture():
     assert torch.equal(glse, else_)
 
 
+@pytest.mark.parametrize("page", [1, 8, 16, 48, 64, 256])
+@pytest.mark.parametrize("D", [64, 128, 256])
+def test_decode_page_sizes(page, D):
+    """The decode pipeline's copies: on sm_90 a page whose block size is a multiple of 16 (and D
+    below 256) is read as TMA boxes of 16 tokens, other pages and a partial last page per row."""
+    need_dim(D)
+    for Sq in (1, 4):
+        args, kw = make_case(layout="paged", B=2, Sq=Sq, Sk=1000 + 7 * Sq, H=32, Hkv=8, D=D, page=page,
+                             causal=True, out_dtype=FN, seed=page + D + Sq)
+        check_vs_cpu(args, kw)
+
+
 def test_split_kv_decode(monkeypatch):
     """Flash-decoding (split KV + combine). Each split quantizes P against its own running max, so
     the result is not the CPU's tile for tile; it must be as accurate (vs fp64) as the CPU's."""
