@@ -10,7 +10,7 @@ namespace fp8attn {
 // kBlocksPerSm: blocks of the decode kernel meant to share a multiprocessor; it sizes the KV ring
 //   (kStages = 0: as many 64-key tiles as fit next to the other blocks, at most 8) and the split
 //   count (decode_num_splits). At D = 128: 2 -> 6 tiles, 3 -> 3, 4 -> 2 (sm_90, 227 KiB per SM).
-// kRowCopy (before sm_90; sm_90 copies each key row with one bulk copy): a warp's cp.async
+// kRowCopy (before sm_90; sm_90 copies with the TMA engine): a warp's cp.async
 //   instruction copies whole 128-byte key rows (lanes run along a row: 4 full lines per
 //   instruction) instead of one 32-byte sector of 16 rows (2 lanes per key).
 template <int kBlocksPerSm_, int kStages_ = 0, bool kRowCopy_ = true>

@@ -4,10 +4,11 @@
 //    kStages tiles (all in flight but the one computed); a warp only waits for its own copies, so
 //    the ring needs no block barrier. The ring is as deep as the blocks meant to share a
 //    multiprocessor allow (decode_config.h); the first tiles are requested before Q is loaded.
-//    On sm_90 the copies are bulk copies (the TMA engine), one per K / V row, completed on a
-//    per-warp, per-stage mbarrier: with 16-byte cp.async (earlier archs) a warp's copy issue
-//    stalled 2-4 us per tile once the memory system was busy (an event trace); the bulk copies
-//    take ~2 us, being issued one lane at a time (docs/gpu-kernels.md).
+//    On sm_90 the TMA engine copies, completing on a per-warp, per-stage mbarrier: a page-aligned
+//    run of 16 keys is one tensor-map box for K and one for V (lane 0), other keys one bulk copy
+//    per row. With 16-byte cp.async (earlier archs) a warp's copy issue stalled 2-4 us per tile
+//    once the memory system was busy (an event trace); per-row bulk copies took ~2 us, being issued
+//    one lane at a time; the two boxes ~0.5 us (docs/gpu-kernels.md).
 //  * K and V stay FP8 in shared memory and are widened in registers right before their MMA (exact:
 //    every e4m3 value is an f16 value), each byte once.
 //  * The rows are the n8 side of the f16 MMA: S^T = K . Q^T and O^T += V^T . P8^T (keys / d on
@@ -136,8 +137,9 @@ struct FwdPipelineNvDecode {
 #endif
 
   // This warp's 16 keys of KV tile `tile` into `stage` (keys at or past k_len are zeros: P is 0
-  // there, and V must be finite). Bulk: lanes 0-15 copy the K rows, 16-31 the V rows, one bulk copy
-  // each, counted on `bar`. Otherwise cp.async of the warp's 16 x kChunks 16-byte chunks of K (and
+  // there, and V must be finite). sm_90: when the 16 keys are valid and the cache has tensor maps
+  // (p.kv_tma), lane 0 loads one box of page `entry` for K and one for V; otherwise lanes 0-15 copy
+  // the K rows, 16-31 the V rows, one bulk copy each; all counted on `bar`. Otherwise cp.async of the warp's 16 x kChunks 16-byte chunks of K (and
   // of V), kChunks / 2 per lane; lanes run along the rows (kRowCopy) or 2 lanes per key.
   FP8ATTN_DEVICE static void load_kv(const FwdParams& p, const BlockCtx& c, int tile, uint8_t* stage, uint64_t* bar,
                                      int32_t entry) {

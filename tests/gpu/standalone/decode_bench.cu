@@ -331,7 +331,7 @@ int main(int argc, char** argv) {
 
   // "default" is what launch_fwd / choose_num_splits run (DecodeDefault, decode_config.h); the
   // others retrace the measured steps (legacy .. pdl) or change one knob. On sm_90 every variant
-  // copies with bulk copies: there kRowCopy (legacy, sector) no longer changes anything.
+  // copies with the TMA engine (page boxes): there kRowCopy (legacy, sector) no longer changes anything.
   const Variant all[] = {
       variant<DecodeConfig<3, 3, false>>("legacy", "first measurement: sector copies, 3 tiles, previous splits, no PDL", 0, 2, false),
       variant<DecodeConfig<3, 3>>("rowcopy", "legacy + whole-row copies", 0, 2, false),
