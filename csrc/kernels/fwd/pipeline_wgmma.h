@@ -148,19 +148,37 @@ struct FwdPipelineNvWgmma {
       }
     }
 
-    // cp.async of KV tile `tile` of the item (keys at or past k_len zero-filled, never read).
+    // cp.async of KV tile `tile` of the item (keys at or past k_len zero-filled, never read). Paged:
+    // every row's table entry is loaded (unconditionally: the last key stands in for those past
+    // k_len) before any copy is issued -- one memory round trip per tile; with each copy after its
+    // own entry, the SASS waited for the entries one by one.
     FP8ATTN_DEVICE void load_kv(const FwdParams& p, const BlockCtx& c, int tile, uint8_t* sK, uint8_t* sVraw) const {
       const uint8_t* kbase = static_cast<const uint8_t*>(p.k) + static_cast<int64_t>(c.hkv) * p.k_head_stride + 16 * ch;
       const uint8_t* vbase = static_cast<const uint8_t*>(p.v) + static_cast<int64_t>(c.hkv) * p.v_head_stride + 16 * ch;
-#pragma unroll
-      for (int k = 0; k < kLoadRows; ++k) {
+      const auto copy = [&](int k, int64_t koff, int64_t voff) {
         const int r = row0 + k * kRowStep;
-        const int32_t key = tile * kBN + r;
-        const bool ok = key < c.seq.k_len;
-        const int64_t koff = ok ? c.seq.key_offset(p, key, false) : 0;
-        const int64_t voff = ok ? c.seq.key_offset(p, key, true) : 0;
+        const bool ok = tile * kBN + r < c.seq.k_len;
         nv::cp_async_16(sK + QK::offset(kBN, r, 16 * ch), kbase + koff, ok);
         nv::cp_async_16(sVraw + vraw_offset(r, ch), vbase + voff, ok);
+      };
+      if (c.seq.blocks) {
+        int32_t blk[kLoadRows], row[kLoadRows];
+#pragma unroll
+        for (int k = 0; k < kLoadRows; ++k) {
+          const int32_t key = min(tile * kBN + row0 + k * kRowStep, c.seq.k_len - 1);
+          blk[k] = c.seq.blocks[key / p.page_block_size];
+          row[k] = key % p.page_block_size;
+        }
+#pragma unroll
+        for (int k = 0; k < kLoadRows; ++k)
+          copy(k, SeqInfo::page_offset(p, blk[k], row[k], false), SeqInfo::page_offset(p, blk[k], row[k], true));
+      } else {
+#pragma unroll
+        for (int k = 0; k < kLoadRows; ++k) {
+          const int32_t key = tile * kBN + row0 + k * kRowStep;
+          const bool ok = key < c.seq.k_len;
+          copy(k, ok ? c.seq.key_offset(p, key, false) : 0, ok ? c.seq.key_offset(p, key, true) : 0);
+        }
       }
     }
 
