@@ -115,7 +115,7 @@ struct FwdPipelineNvWgmma {
     // each LDG before its STS, 8 round trips per work item at D = 128, while the block waits for
     // its Q). A 16-bit q is quantized chunk by chunk (registers).
     static constexpr int kQChunksPerThread = Policy::kBlockM * Policy::kChunks / 128;
-    static constexpr int kQBatchMax = kD > 128 ? 2 : 4;  // the D = 256 producer has 40 registers
+    static constexpr int kQBatchMax = kD > 128 ? 2 : 4;  // 4 at D = 256 spills the producer (56 registers)
     static constexpr int kQBatch = kQChunksPerThread < kQBatchMax ? kQChunksPerThread : kQBatchMax;
     static_assert(kQChunksPerThread % kQBatch == 0, "Q chunks per producer thread");
     FP8ATTN_DEVICE void load_q(const FwdParams& p, const BlockCtx& c, uint8_t* sQ) const {

@@ -61,8 +61,10 @@ struct FwdPolicyNvWgmma {
   // hold S, P8 and the O accumulator live across the asynchronous wgmma stages (168 per thread
   // spill at D = 128 once the wgmmas really overlap). setmaxnreg.inc waits for registers the
   // block got at launch (kThreads x 168), so the split must fit in them or it never returns.
-  static constexpr int kProducerRegs = kD > 128 ? 40 : 56;
-  static constexpr int kConsumerRegs = kD > 128 ? 232 : 224;
+  // The same split at every head dim: 40 / 232 at D = 256 spilled 20 bytes in the producer, and
+  // its consumers fit in 224 (ptxas -v: no spills in any instance).
+  static constexpr int kProducerRegs = 56;
+  static constexpr int kConsumerRegs = 224;
   static_assert(128 * kProducerRegs + 128 * kConsumers * kConsumerRegs <= kThreads * (65536 / kThreads / 8 * 8),
                 "register reallocation exceeds the block's launch allocation");
 
