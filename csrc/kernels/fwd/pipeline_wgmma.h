@@ -153,8 +153,11 @@ struct FwdPipelineNvWgmma {
     // k_len) before any copy is issued -- one memory round trip per tile; with each copy after its
     // own entry, the SASS waited for the entries one by one.
     FP8ATTN_DEVICE void load_kv(const FwdParams& p, const BlockCtx& c, int tile, uint8_t* sK, uint8_t* sVraw) const {
-      const uint8_t* kbase = static_cast<const uint8_t*>(p.k) + static_cast<int64_t>(c.hkv) * p.k_head_stride + 16 * ch;
-      const uint8_t* vbase = static_cast<const uint8_t*>(p.v) + static_cast<int64_t>(c.hkv) * p.v_head_stride + 16 * ch;
+      // (the chunk's byte offset unsigned: a signed one costs a 64-bit register pair, which spilled
+      // the D = 256 producer)
+      const uint32_t cb = 16u * static_cast<uint32_t>(ch);
+      const uint8_t* kbase = static_cast<const uint8_t*>(p.k) + static_cast<int64_t>(c.hkv) * p.k_head_stride + cb;
+      const uint8_t* vbase = static_cast<const uint8_t*>(p.v) + static_cast<int64_t>(c.hkv) * p.v_head_stride + cb;
       const auto copy = [&](int k, int64_t koff, int64_t voff) {
         const int r = row0 + k * kRowStep;
         const bool ok = tile * kBN + r < c.seq.k_len;
@@ -162,16 +165,21 @@ struct FwdPipelineNvWgmma {
         nv::cp_async_16(sVraw + vraw_offset(r, ch), vbase + voff, ok);
       };
       if (c.seq.blocks) {
-        int32_t blk[kLoadRows], row[kLoadRows];
+        // (in groups of 4 rows: 8 entries at D = 256 spill the 56-register producer)
+        constexpr int kGroup = kLoadRows < 4 ? kLoadRows : 4;
 #pragma unroll
-        for (int k = 0; k < kLoadRows; ++k) {
-          const int32_t key = min(tile * kBN + row0 + k * kRowStep, c.seq.k_len - 1);
-          blk[k] = c.seq.blocks[key / p.page_block_size];
-          row[k] = key % p.page_block_size;
+        for (int k0 = 0; k0 < kLoadRows; k0 += kGroup) {
+          int32_t blk[kGroup], row[kGroup];
+#pragma unroll
+          for (int k = 0; k < kGroup; ++k) {
+            const int32_t key = min(tile * kBN + row0 + (k0 + k) * kRowStep, c.seq.k_len - 1);
+            blk[k] = c.seq.blocks[key / p.page_block_size];
+            row[k] = key % p.page_block_size;
+          }
+#pragma unroll
+          for (int k = 0; k < kGroup; ++k)
+            copy(k0 + k, SeqInfo::page_offset(p, blk[k], row[k], false), SeqInfo::page_offset(p, blk[k], row[k], true));
         }
-#pragma unroll
-        for (int k = 0; k < kLoadRows; ++k)
-          copy(k, SeqInfo::page_offset(p, blk[k], row[k], false), SeqInfo::page_offset(p, blk[k], row[k], true));
       } else {
 #pragma unroll
         for (int k = 0; k < kLoadRows; ++k) {
