@@ -56,6 +56,7 @@ struct FwdPolicyNvWgmma {
                     kOffOnes % 512 == 0,
                 "swizzled tiles must start on 1024-byte boundaries");
   static constexpr int kSmemBytes = kOffBar + 8 * (4 + 3 * kStages) + 1024;  // + the base's alignment slack
+  static_assert(kSmemBytes <= 232448, "sm_90 allows 227 KiB of shared memory per block");
 
   // Register reallocation (setmaxnreg): the producer gives registers to the consumers, which
   // hold S, P8 and the O accumulator live across the asynchronous wgmma stages (168 per thread
