@@ -53,11 +53,15 @@ struct SeqInfo {
     if (blocks) return page_offset(p, blocks[j / p.page_block_size], j % p.page_block_size, is_v);
     return (is_v ? v_offset : k_offset) + static_cast<int64_t>(j) * (is_v ? p.v_row_stride : p.k_row_stride);
   }
-  // Paged: element offset of row `row` of cache block `blk` (head 0) in k or v. Entries are validated
-  // on the host unless the caller chose the no-sync path; there an entry out of range is clamped so
-  // that a bad table can never address outside the cache.
+  // Paged: a block-table entry as used. Entries are validated on the host unless the caller chose
+  // the no-sync path; there an entry out of range is clamped so that a bad table can never address
+  // outside the cache.
+  FP8ATTN_HD static int32_t valid_block(const FwdParams& p, int32_t blk) {
+    return static_cast<uint32_t>(blk) < static_cast<uint32_t>(p.num_cache_blocks) ? blk : 0;
+  }
+  // Paged: element offset of row `row` of cache block `blk` (head 0) in k or v.
   FP8ATTN_HD static int64_t page_offset(const FwdParams& p, int32_t blk, int32_t row, bool is_v) {
-    blk = static_cast<uint32_t>(blk) < static_cast<uint32_t>(p.num_cache_blocks) ? blk : 0;
+    blk = valid_block(p, blk);
     return static_cast<int64_t>(blk) * (is_v ? p.v_batch_stride : p.k_batch_stride) +
            static_cast<int64_t>(row) * (is_v ? p.v_row_stride : p.k_row_stride);
   }

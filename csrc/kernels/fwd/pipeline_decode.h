@@ -139,8 +139,9 @@ struct FwdPipelineNvDecode {
   // This warp's 16 keys of KV tile `tile` into `stage` (keys at or past k_len are zeros: P is 0
   // there, and V must be finite). sm_90: when the 16 keys are valid and the cache has tensor maps
   // (p.kv_tma), lane 0 loads one box of page `entry` for K and one for V; otherwise lanes 0-15 copy
-  // the K rows, 16-31 the V rows, one bulk copy each; all counted on `bar`. Otherwise cp.async of the warp's 16 x kChunks 16-byte chunks of K (and
-  // of V), kChunks / 2 per lane; lanes run along the rows (kRowCopy) or 2 lanes per key.
+  // the K rows, 16-31 the V rows, one bulk copy each; all counted on `bar`. Earlier archs: cp.async
+  // of the warp's 16 x kChunks 16-byte chunks of K (and of V), kChunks / 2 per lane; lanes run along
+  // the rows (kRowCopy) or 2 lanes per key.
   FP8ATTN_DEVICE static void load_kv(const FwdParams& p, const BlockCtx& c, int tile, uint8_t* stage, uint64_t* bar,
                                      int32_t entry) {
     const int lane = threadIdx.x % 32;
@@ -150,7 +151,7 @@ struct FwdPipelineNvDecode {
       const int32_t key0 = tile * kBN + kKW * (threadIdx.x / 32);
       if (p.kv_tma && key0 + kKW <= c.seq.k_len) {  // the warp's 16 keys: one box of one cache page
         if (lane == 0) {
-          const int32_t blk = static_cast<uint32_t>(entry) < static_cast<uint32_t>(p.num_cache_blocks) ? entry : 0;
+          const int32_t blk = SeqInfo::valid_block(p, entry);
           const int32_t row = key0 % p.page_block_size;
           uint8_t* dst = stage + kKW * (threadIdx.x / 32) * Policy::kRowStride;
           nv::mbar_arrive_expect_tx(bar, 2 * kKW * Policy::kRowStride);
