@@ -10,7 +10,9 @@
 #                                            fp8attn column of every variant side by side
 #
 # Knobs (env): FP8ATTN_ARCHS (default sm90a), BENCH_ARGS (e.g. "--only decode"), STEP_TIMEOUT
-# (seconds per test / bench step, default 300). Remove variants/ afterwards.
+# (seconds per test / bench step, default 300), KEEP_ALL=1 (keep each variant's bench.md / .png and
+# build.rc: by default only bench.json, and build.log of a failed build, stay in OUTDIR -- the device
+# tool brings back at most 8 files). Remove variants/ afterwards.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 cmd=${1:-}
@@ -85,4 +87,5 @@ for r in first:
     fl, c8 = r.get("sdpa_flash"), r.get("cudnn_fp8")
     print(f"{name:44s} {fl or 0:7.0f} {c8 or 0:7.0f} " + " ".join(vals))
 EOF
+[ -n "${KEEP_ALL:-}" ] || rm -f "$OUTDIR"/*/build.rc "$OUTDIR"/*/bench.md "$OUTDIR"/*/bench.png
 exit $rc
