@@ -176,9 +176,10 @@ def bench_prefill(shape, args, peers):
     row = dict(kind="prefill", B=B, H=H, Hkv=Hkv, Sq=S, Sk=S, D=D, causal=causal)
     ps, osc = torch.tensor([P_SCALE], device="cuda"), torch.tensor([OUT_SCALE], device="cuda")
     out = torch.empty(B, S, H, D, device="cuda", dtype=FN)
-    fn = lambda: fp8attn.forward(q8, k8, v8, causal=causal, p_scale=ps, out_scale=osc, out=out)  # noqa: E731
+    call = dict(causal=causal, p_scale=ps, out_scale=osc, out=out, kv_tile=args.kv_tile)
+    fn = lambda: fp8attn.forward(q8, k8, v8, **call)  # noqa: E731
     t = time_ms(fn, args.warmup, args.reps)
-    row["kernel"] = fp8attn.kernel_name(q8, k8, v8, causal=causal, p_scale=ps, out_scale=osc, out=out)
+    row["kernel"] = fp8attn.kernel_name(q8, k8, v8, **call)
     row["fp8attn"] = flops / t / 1e9
     row["fp8attn_ms"] = t
     row["fp8attn_err"] = rel_err(out[0, :, :2].float() * OUT_SCALE, ref)
@@ -241,7 +242,7 @@ def bench_varlen(cfg, args, peers):
         (kc, vc), bt = paged_cache([k8, v8], lens, page, gen)
         kv = dict(k=kc, v=vc, seqused_k=torch.tensor(lens, dtype=torch.int32, device="cuda"), block_table=bt)
     call = dict(cu_seqlens_q=cu, max_seqlen_q=max(lens), max_seqlen_k=max(lens), causal=True, p_scale=ps,
-                out_scale=osc, out=out, **{n: t for n, t in kv.items() if n not in ("k", "v")})
+                out_scale=osc, out=out, kv_tile=args.kv_tile, **{n: t for n, t in kv.items() if n not in ("k", "v")})
     fn = lambda: fp8attn.forward(q8, kv["k"], kv["v"], **call)  # noqa: E731
     t = time_ms(fn, args.warmup, args.reps)
     n0 = lens[0]
@@ -394,6 +395,9 @@ def main(argv=None):
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--quick", action="store_true", help="a few shapes only")
     ap.add_argument("--only", choices=["prefill", "decode", "all"], default="all")
+    ap.add_argument("--kv-tile", type=int, default=0,
+                    help="fp8attn's KV tile for prefill / varlen rows (0: the kernel's default; the row's kernel "
+                         "name shows it)")
     ap.add_argument("--peers", default="all",
                     help="comma list of flash,cudnn,cudnn_fp8 to run beside fp8attn, 'none' or 'all' (default)")
     args = ap.parse_args(argv)

@@ -69,6 +69,7 @@ def forward(
     out_dtype: torch.dtype | None = None,
     out: torch.Tensor | None = None,
     return_softmax_lse: bool = False,
+    kv_tile: int = 0,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """FP8 attention: ``softmax(q·kᵀ·scale)·v`` with FP8 Q/K/V, FP8-quantized P and optional FP8 output.
 
@@ -97,6 +98,10 @@ def forward(
       out_dtype: the 16-bit output dtype without out_scale (default: q's if 16-bit, else bfloat16).
       out: optional output tensor written in place (q's shape, the output dtype).
       return_softmax_lse: also return the natural-log LSE, float32 ``[B, H, Sq]`` (dense) or ``[H, T]``.
+      kv_tile: keys per online-softmax tile, i.e. how often the running max (the reference P is
+        quantized against) is updated. 0 takes the implementation's default: 128 on the Hopper wgmma
+        kernels (head dims 64 / 128), 64 elsewhere. The CPU takes any positive value; CUDA / HIP take
+        64, and 128 where the Hopper wgmma kernels run.
 
     Returns:
       ``out``, or ``(out, softmax_lse)`` when ``return_softmax_lse``.
@@ -105,13 +110,14 @@ def forward(
                     max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, block_table=block_table,
                     softmax_scale=softmax_scale, causal=causal, window_size=window_size, softcap=softcap,
                     q_descale=q_descale, k_descale=k_descale, v_descale=v_descale, p_scale=p_scale,
-                    out_scale=out_scale, out_dtype=out_dtype, out=out, return_softmax_lse=return_softmax_lse)
+                    out_scale=out_scale, out_dtype=out_dtype, out=out, return_softmax_lse=return_softmax_lse,
+                    kv_tile=kv_tile)
 
 
 def kernel_name(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, **kwargs) -> str:
     """The kernel ``forward(q, k, v, **kwargs)`` would run, without running it: the GPU kernel
-    instance (e.g. ``"fwd_sm90a_hd128_e4m3fn_band"``: family, head dim, FP8 kind, mask kind) or
-    ``"cpu"``. Raises the errors ``forward`` would raise."""
+    instance (e.g. ``"fwd_sm90a_hd128_e4m3fn_band_kv128"``: family, head dim, FP8 kind, mask kind,
+    KV tile when not 64) or ``"cpu"``. Raises the errors ``forward`` would raise."""
     return _forward(q, k, v, _op=torch.ops.fp8attn.forward_kernel, **kwargs)
 
 
@@ -119,8 +125,7 @@ def _forward(q, k, v, *, cu_seqlens_q=None, cu_seqlens_k=None, seqused_k=None, m
              block_table=None, softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0, q_descale=None,
              k_descale=None, v_descale=None, p_scale=None, out_scale=None, out_dtype=None, out=None,
              return_softmax_lse=False, kv_tile: int = 0, _op=None):
-    """``forward`` with the implementation's KV tile exposed (0: its default), for tests that compare
-    implementations at equal tiling; ``_op`` replaces the op (same arguments: ``forward_kernel``)."""
+    """``forward``'s body; ``_op`` replaces the op (same arguments: ``forward_kernel``)."""
     for name, x in (("q", q), ("k", k), ("v", v)):
         _check_tensor(x, name)
     for name, x in (("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k), ("seqused_k", seqused_k),

@@ -71,6 +71,10 @@ const FwdInstance* instance_for(const at::Tensor& q, const FwdParams& p) {
   const MaskKind mk = mask_kind_of(p);
   const auto cc = device_cc(q.device().index());
   const FwdInstance* inst = choose_fwd_instance(p, cc.first, cc.second);
+  TORCH_CHECK_VALUE(inst != nullptr || p.kv_tile <= kGpuKvTile, "fp8attn.forward on CUDA: kv_tile=", p.kv_tile,
+                    " needs the Hopper wgmma pipeline (compute capability 9.0, a build with sm90a, head_dim 64 or "
+                    "128, e4m3fn); this call has head_dim=", p.head_dim, " on compute capability ", cc.first, ".",
+                    cc.second, " (built: ", built_instances(), ")");
   TORCH_CHECK_VALUE(inst != nullptr, "fp8attn.forward on CUDA: no kernel for head_dim=", p.head_dim, ", ",
                     p.fp8_kind == Fp8Kind::E4M3FN ? "e4m3fn" : "e4m3fnuz",
                     mk == MaskKind::kBand ? ", masked" : ", unmasked", " in this build (built: ", built_instances(),
@@ -94,6 +98,7 @@ FP8ATTN_FORWARD_SIGNATURE(forward_cuda) {
   check_supported(p);
   if (p.batch == 0 || p.num_heads == 0 || p.seqlen_q == 0) return plan.lse;
   const FwdInstance* inst = instance_for(q, p);
+  p.kv_tile = inst->kv_tile;
   p.num_sm = multiprocessors(q.device().index());
   p.num_splits = split_override() > 0 ? std::min(split_override(), 128) : choose_num_splits(p, p.num_sm);
   at::Tensor o_accum, lse_accum;

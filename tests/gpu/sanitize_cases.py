@@ -2,7 +2,8 @@
     compute-sanitizer --tool memcheck python3 tests/gpu/sanitize_cases.py
 Dense causal, varlen GQA with empty sequences, paged with shuffled blocks and NaN-poisoned slots,
 split-KV decode, head dims 64/80/128/256 where built, 16-bit q, FP8 and 16-bit out: on Hopper the
-wgmma pipeline (D 64/128/256 prefill), the decode pipeline and the portable one (D = 80 prefill)."""
+wgmma pipeline (D 64/128/256 prefill; 64- and, kv_tile 0 = its default, 128-key tiles), the decode
+pipeline and the portable one (D = 80 prefill)."""
 import os
 import sys
 
@@ -22,13 +23,18 @@ cases = [
     dict(layout="dense", D=256, Sq=70, Sk=90, causal=True, out_dtype=FN),
     dict(layout="paged", D=128, Sq=1, Sk=3000, H=32, Hkv=8, causal=True, out_dtype=FN),
     dict(layout="dense", D=80, Sq=40, Sk=100, H=4, Hkv=4, window=(30, 0)),
+    dict(layout="dense", causal=True, D=128, Sq=300, Sk=400, out_dtype=FN, kv_tile=0),
+    dict(layout="paged", H=8, Hkv=2, D=64, Sq=90, Sk=333, window=(100, 0), page=48, kv_tile=0),
+    dict(layout="varlen", H=8, Hkv=2, D=128, Sq=70, Sk=260, softcap=5.0, q_dtype=torch.bfloat16, kv_tile=0),
 ]
 for split in ("1", ""):
     os.environ["FP8ATTN_NUM_SPLITS"] = split
     for c in cases:
         if c["D"] not in dims:
             continue
+        c = dict(c)
+        kv_tile = c.pop("kv_tile", 64)
         args, kw = make_case(B=2, seed=7, **c)
-        call(*args, device=DEV, **kw)
+        call(*args, device=DEV, kv_tile=kv_tile, **kw)
 torch.cuda.synchronize()
 print("sanitize cases done", dims)

@@ -11,6 +11,7 @@ from fp8attn.reference import ideal_attention
 sys.path.insert(0, os.path.dirname(__file__))
 from gpu_helpers import (  # noqa: E402
     DEV,
+    GPU_KV_TILE,
     WGMMA_LSE_TOL,
     WGMMA_MIN_AGREEMENT,
     agreement,
@@ -50,10 +51,10 @@ def _rel_err_vs_ideal(out, args, kw):
     return float((o - o_ref).norm() / o_ref.norm().clamp_min(1e-30))
 
 
-def check_vs_cpu(args, kw, min_frac=0.999, lse_tol=2e-3):
-    kernel = kernel_of(*args, device=DEV, **kw)
-    gout, glse = call(*args, device=DEV, **kw)
-    cout, clse = call(*args, device="cpu", **kw)
+def check_vs_cpu(args, kw, min_frac=0.999, lse_tol=2e-3, kv_tile=GPU_KV_TILE):
+    kernel = kernel_of(*args, device=DEV, kv_tile=kv_tile, **kw)
+    gout, glse = call(*args, device=DEV, kv_tile=kv_tile, **kw)
+    cout, clse = call(*args, device="cpu", kv_tile=kv_tile, **kw)
     torch.cuda.synchronize()
     frac, bad_nan = agreement(gout, cout)
     assert not bad_nan, f"{kernel}: NaN where the CPU has none (poisoned output not fully written?)"
@@ -307,6 +308,53 @@ def test_large_row_offsets():
     assert not bad and frac >= (WGMMA_MIN_AGREEMENT if is_wgmma(torch.ops.fp8attn.forward_kernel(*op_args)) else 0.999)
 
 
+# ---- 128-key tiles (the Hopper wgmma pipeline at head dims 64 / 128) ----------------------------
+
+def need_kv128(D):
+    need_dim(D)
+    args, kw = make_case(D=D, seed=0)
+    try:
+        kernel_of(*args, device=DEV, kv_tile=128, **kw)
+    except ValueError:
+        pytest.skip("no 128-key kernel here (the Hopper wgmma pipeline: sm_90a build on compute capability 9.0)")
+
+
+@pytest.mark.parametrize("D", [64, 128])
+@pytest.mark.parametrize("shape", [(150, 389), (203, 37), (1, 517)])
+@pytest.mark.parametrize("mask", list(MASKS))
+@pytest.mark.parametrize("layout", ["dense", "varlen", "paged"])
+def test_kv_tile_128(D, shape, mask, layout):
+    """The CPU oracle at the same 128-key tiling (P quantized against the max of every 128 keys);
+    decode shapes too (kv_tile 128 runs the wgmma pipeline for them)."""
+    need_kv128(D)
+    Sq, Sk = shape
+    args, kw = make_case(layout=layout, D=D, Sq=Sq, Sk=Sk, H=8, Hkv=2, seed=D + Sq + Sk, **MASKS[mask])
+    assert kernel_of(*args, device=DEV, kv_tile=128, **kw).endswith("_kv128")
+    check_vs_cpu(args, kw, kv_tile=128)
+
+
+@pytest.mark.parametrize("q_dtype,out_dtype", [(BF16, FN), (FN, BF16), (FP16, FP16)])
+def test_kv_tile_128_dtypes_gqa(q_dtype, out_dtype):
+    need_kv128(128)
+    args, kw = make_case(layout="paged", Sq=300, Sk=700, H=32, Hkv=8, q_dtype=q_dtype, out_dtype=out_dtype,
+                         per_head=True, causal=True, page=48, seed=77)
+    check_vs_cpu(args, kw, kv_tile=128)
+
+
+def test_default_kv_tile():
+    """kv_tile 0 is the kernel's default: 128 where the wgmma pipeline has it (bitwise the same
+    call as kv_tile 128), else 64; decode shapes keep the 64-key decode kernel."""
+    need_dim(128)
+    args, kw = make_case(Sq=150, Sk=389, seed=5)
+    name = kernel_of(*args, device=DEV, kv_tile=0, **kw)
+    tile = 128 if name.endswith("_kv128") else 64
+    o0, l0 = call(*args, device=DEV, kv_tile=0, **kw)
+    ot, lt = call(*args, device=DEV, kv_tile=tile, **kw)
+    assert torch.equal(o0.view(torch.uint8), ot.view(torch.uint8)) and torch.equal(l0, lt)
+    dargs, dkw = make_case(layout="paged", Sq=1, Sk=517, seed=6)
+    assert not kernel_of(*dargs, device=DEV, kv_tile=0, **dkw).endswith("_kv128")
+
+
 # ---- rejected configurations ------------------------------------------------------------------
 
 def test_rejects_other_kv_tile():
@@ -314,6 +362,10 @@ def test_rejects_other_kv_tile():
     args, kw = make_case(seed=1)
     with pytest.raises(ValueError, match="kv_tile"):
         call(*args, device=DEV, kv_tile=32, **kw)
+    if 256 in dims():  # no 128-key kernel at D 256 (nor off Hopper)
+        args, kw = make_case(D=256, seed=1)
+        with pytest.raises(ValueError, match="kv_tile=128"):
+            call(*args, device=DEV, kv_tile=128, **kw)
 
 
 def test_write_kv_cache_matches_cpu():

@@ -5,7 +5,7 @@
 // form, which is less code than the CuTe layout algebra and keeps the build free of CUTLASS.
 //
 // wgmma shapes used (fp8 operands must be K-major in shared memory; A may come from registers):
-//   m64n64k32  SS  S(64 rows x 64 keys) += Q(64 x 32 of d) . K(64 keys x 32 of d)^T
+//   m64nNk32   SS  S(64 rows x N keys) += Q(64 x 32 of d) . K(N keys x 32 of d)^T, N = the KV tile (64, 128)
 //   m64nDk32   RS  O(64 rows x D)       += P(64 x 32 keys, registers) . Vt(D x 32 keys)^T
 //   m64n8k32   RS  L(64 rows x 8)       += P . ones: the row sums of P8 (l) on the tensor cores
 // Accumulator of warp w of the warpgroup, lane (g, t): d[4j + i] = row 16w + g + 8(i >> 1),
@@ -139,6 +139,7 @@ FP8ATTN_DEVICE void wgmma_wait() {
   "=f"(d[(i) + 0]), "=f"(d[(i) + 1]), "=f"(d[(i) + 2]), "=f"(d[(i) + 3]), "=f"(d[(i) + 4]), "=f"(d[(i) + 5]), \
       "=f"(d[(i) + 6]), "=f"(d[(i) + 7])
 #define FP8ATTN_O32(d, i) FP8ATTN_O8(d, i), FP8ATTN_O8(d, (i) + 8), FP8ATTN_O8(d, (i) + 16), FP8ATTN_O8(d, (i) + 24)
+#define FP8ATTN_O64(d) FP8ATTN_O32(d, 0), FP8ATTN_O32(d, 32)
 #define FP8ATTN_F32(d, i) FP8ATTN_F8(d, i), FP8ATTN_F8(d, (i) + 8), FP8ATTN_F8(d, (i) + 16), FP8ATTN_F8(d, (i) + 24)
 #define FP8ATTN_F64(d, i) FP8ATTN_F32(d, i), FP8ATTN_F32(d, (i) + 32)
 #define FP8ATTN_F128(d) FP8ATTN_F64(d, 0), FP8ATTN_F64(d, 64)
@@ -194,6 +195,20 @@ struct Wgmma<64> {
 
 template <>
 struct Wgmma<128> {
+  FP8ATTN_DEVICE static void ss_first(float (&d)[64], uint64_t a, uint64_t b) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 {" FP8ATTN_REGS64 "}, %64, %65, p, 1, 1;\n}\n"
+        : FP8ATTN_O64(d)
+        : "l"(a), "l"(b), "r"(0));
+  }
+  FP8ATTN_DEVICE static void ss(float (&d)[64], uint64_t a, uint64_t b, int accumulate) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 {" FP8ATTN_REGS64 "}, %64, %65, p, 1, 1;\n}\n"
+        : FP8ATTN_F64(d, 0)
+        : "l"(a), "l"(b), "r"(accumulate));
+  }
   FP8ATTN_DEVICE static void rs(float (&d)[64], const uint32_t a[4], uint64_t b, int accumulate) {
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
@@ -223,6 +238,7 @@ struct Wgmma<256> {
 #undef FP8ATTN_F8
 #undef FP8ATTN_O8
 #undef FP8ATTN_O32
+#undef FP8ATTN_O64
 #undef FP8ATTN_F32
 #undef FP8ATTN_F64
 #undef FP8ATTN_F128

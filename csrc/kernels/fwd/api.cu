@@ -17,12 +17,12 @@ bool aligned16(const void* ptr, int64_t s0, int64_t s1, int64_t s2, int64_t elem
 }
 }  // namespace
 
-const FwdInstance* find_fwd_instance(NvPipe pipe, int32_t head_dim, Fp8Kind kind, MaskKind mask) {
+const FwdInstance* find_fwd_instance(NvPipe pipe, int32_t head_dim, Fp8Kind kind, MaskKind mask, int32_t kv_tile) {
   int n = 0;
   const FwdInstance* all = fwd_instances(&n);
   for (int i = 0; i < n; ++i)
     if (all[i].launch && all[i].pipe == pipe && all[i].head_dim == head_dim && all[i].fp8_kind == kind &&
-        all[i].mask == mask)
+        all[i].mask == mask && all[i].kv_tile == kv_tile)
       return &all[i];
   return nullptr;
 }
@@ -37,24 +37,35 @@ const char* pipe_name(NvPipe pipe) {
 
 const FwdInstance* choose_fwd_instance(const FwdParams& p, int cc_major, int cc_minor) {
   const MaskKind mask = mask_kind_of(p);
-  const auto find = [&](NvPipe pipe) { return find_fwd_instance(pipe, p.head_dim, p.fp8_kind, mask); };
-  const char* e = std::getenv("FP8ATTN_NV_PIPELINE");
   const bool hopper = cc_major == 9 && cc_minor == 0;
+  const int64_t rows = static_cast<int64_t>(p.seqlen_q) * (p.num_heads / p.num_heads_k);
+  const auto find_tile = [&](NvPipe pipe, int32_t tile) {
+    return find_fwd_instance(pipe, p.head_dim, p.fp8_kind, mask, tile);
+  };
+  // The pipeline's instance at the requested tile, or (kv_tile 0) at its preferred one.
+  const auto find = [&](NvPipe pipe) -> const FwdInstance* {
+    if (pipe == NvPipe::kWgmma && !hopper) return nullptr;
+    if (p.kv_tile != 0) return find_tile(pipe, p.kv_tile);
+    const FwdInstance* wide = pipe == NvPipe::kWgmma ? find_tile(pipe, kWgmmaKvTile) : nullptr;
+    return wide ? wide : find_tile(pipe, kGpuKvTile);
+  };
+  const char* e = std::getenv("FP8ATTN_NV_PIPELINE");
   if (e && *e) {  // a preference: calls the forced pipeline does not cover take the default below
     for (NvPipe pipe : {NvPipe::kE4M3, NvPipe::kF16, NvPipe::kWgmma})
-      if (std::strcmp(e, pipe_name(pipe)) == 0 && (pipe != NvPipe::kWgmma || hopper))
+      if (std::strcmp(e, pipe_name(pipe)) == 0)
         if (const FwdInstance* inst = find(pipe)) return inst;
   }
-  const int64_t rows = static_cast<int64_t>(p.seqlen_q) * (p.num_heads / p.num_heads_k);
-  if (hopper && rows > 16)
+  if (rows > 16 || p.kv_tile > kGpuKvTile)
     if (const FwdInstance* inst = find(NvPipe::kWgmma)) return inst;
+  if (p.kv_tile > kGpuKvTile) return nullptr;  // only the wgmma pipeline has wider tiles
   const bool native_e4m3 = cc_major == 8 && cc_minor >= 9;
   const FwdInstance* first = find(native_e4m3 ? NvPipe::kE4M3 : NvPipe::kF16);
   return first ? first : find(native_e4m3 ? NvPipe::kF16 : NvPipe::kE4M3);
 }
 
 const char* fwd_unsupported_reason(const FwdParams& p) {
-  if (p.kv_tile != 0 && p.kv_tile != kGpuKvTile) return "kv_tile must be 0 or 64 on the GPU";
+  if (p.kv_tile != 0 && p.kv_tile != kGpuKvTile && p.kv_tile != kWgmmaKvTile)
+    return "kv_tile must be 0, 64 or 128 on the GPU (128: the Hopper wgmma pipeline, head dims 64 / 128)";
   if (p.head_dim % 16 != 0) return "head_dim must be a multiple of 16 on the GPU";
   if (!aligned16(p.k, p.k_batch_stride, p.k_row_stride, p.k_head_stride, 1))
     return "k must be 16-byte aligned with strides that are multiples of 16 bytes";
@@ -75,7 +86,8 @@ int32_t choose_num_splits(const FwdParams& p, int32_t num_sm) {
   const int64_t rows = static_cast<int64_t>(p.seqlen_q) * group;
   const int64_t m_blocks = (rows + 63) / 64;
   const int64_t blocks = m_blocks * p.batch * p.num_heads_k;
-  const int64_t tiles = (static_cast<int64_t>(p.seqlen_k) + kGpuKvTile - 1) / kGpuKvTile;
+  const int64_t kv_tile = p.kv_tile > 0 ? p.kv_tile : kGpuKvTile;  // the chosen instance's tile
+  const int64_t tiles = (static_cast<int64_t>(p.seqlen_k) + kv_tile - 1) / kv_tile;
   if (blocks <= 0 || num_sm <= 0 || tiles < 4) return 1;
   // Decode-shaped calls (<= 16 rows per (batch, kv head): one block each) split to fill the waves
   // of the decode kernel's resident blocks (decode_config.h).

@@ -10,8 +10,10 @@
 
 namespace fp8attn {
 
-// The KV tile of the GPU kernels (all head dims), the default of every implementation.
+// The KV tile of the GPU kernels (all head dims), the default of every implementation; the Hopper
+// wgmma pipeline also runs 128-key tiles at head dims 64 / 128 (its default there: kWgmmaKvTile).
 constexpr int kGpuKvTile = kDefaultKvTile;
+constexpr int kWgmmaKvTile = 128;
 
 using FwdLaunchFn = void (*)(const FwdParams&, cudaStream_t);
 
@@ -27,18 +29,21 @@ struct FwdInstance {
   int32_t head_dim;
   Fp8Kind fp8_kind;
   MaskKind mask;
+  int32_t kv_tile;  // keys per KV tile (where P is quantized)
   FwdLaunchFn launch;
 };
 
 // All instances compiled into this build (generated); explicit key lookup, no first-match order.
 const FwdInstance* fwd_instances(int* count);
-const FwdInstance* find_fwd_instance(NvPipe pipe, int32_t head_dim, Fp8Kind kind, MaskKind mask);
+const FwdInstance* find_fwd_instance(NvPipe pipe, int32_t head_dim, Fp8Kind kind, MaskKind mask, int32_t kv_tile);
 
 // The instance for a call on a device of compute capability major.minor, or nullptr when this build
 // has none. FP8ATTN_NV_PIPELINE=e4m3|f16|wgmma prefers a pipeline where it has an instance; else wgmma on sm_90 where built
 // for the call (head dims 64/128/256, e4m3fn) unless it is decode-shaped (at most 16 packed rows
 // per (batch, kv head): a 128-row block would idle), then e4m3 on sm_89 and f16 elsewhere, falling
-// back to whichever portable pipeline is built.
+// back to whichever portable pipeline is built. The KV tile is p.kv_tile; 0 takes kWgmmaKvTile
+// where the wgmma pipeline has it and 64 elsewhere; kv_tile 128 only the wgmma pipeline runs (also
+// for decode shapes).
 const FwdInstance* choose_fwd_instance(const FwdParams& p, int cc_major, int cc_minor);
 
 // The mask kind a call needs.

@@ -63,9 +63,9 @@ __global__ void __launch_bounds__(Policy::kThreads, 1) fwd_kernel_wgmma(const __
 #endif
 }
 
-template <class Problem>
+template <class Problem, int kKvTile>
 void launch_fwd_wgmma(const FwdParams& p, cudaStream_t stream) {
-  using Policy = FwdPolicyNvWgmma<Problem>;
+  using Policy = FwdPolicyNvWgmma<Problem, kKvTile>;
   launch_kernel<Problem, Policy, &fwd_kernel_wgmma<Problem, Policy, FwdPipelineNvWgmma<Problem, Policy>>>(p, stream);
 }
 

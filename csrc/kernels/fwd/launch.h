@@ -21,7 +21,7 @@ struct FwdPipelineNvF16;
 template <class Problem>
 void launch_fwd_decode(const FwdParams& p, cudaStream_t stream);
 // The Hopper warp-specialized kernel (kernel_wgmma.h), included by the sm90a instance files only.
-template <class Problem>
+template <class Problem, int kKvTile>
 void launch_fwd_wgmma(const FwdParams& p, cudaStream_t stream);
 
 // Policy::kPersistent (optional): the kernel loops over work items on at most one block per SM.
@@ -62,15 +62,16 @@ void launch_with(const FwdParams& p, cudaStream_t stream) {
 // The instance entry point: picks the policy for the call's shape.
 //   kE4M3: fp8 operands straight into the atom of this compiler's family (policy.h): e4m3
 //          mma.sync on NVIDIA (native on sm_89), FP8 MFMA on AMD gfx942 / gfx950.
-//   kWgmma: the Hopper warp-specialized wgmma pipeline (sm_90a; kernel_wgmma.h).
+//   kWgmma: the Hopper warp-specialized wgmma pipeline (sm_90a; kernel_wgmma.h), KV tile kKvTile.
 //   kF16:  operands widened to f16 in shared memory (sm_90), 4 warps x 16 rows; when a (batch,
 //          kv head) has at most 16 packed rows (decode: q_len * H/H_kv <= 16) the decode pipeline
 //          (pipeline_decode.h: rows on the n8 side of the MMA, one n8 tile per 8 rows, FP8 K/V
 //          ring widened in registers).
-template <class Problem, NvPipe kPipe>
+template <class Problem, NvPipe kPipe, int kKvTile = kDefaultKvTile>
 void launch_fwd(const FwdParams& p, cudaStream_t stream) {
+  static_assert(kKvTile == kDefaultKvTile || kPipe == NvPipe::kWgmma, "only the wgmma pipeline has other KV tiles");
   if constexpr (kPipe == NvPipe::kWgmma) {
-    launch_fwd_wgmma<Problem>(p, stream);
+    launch_fwd_wgmma<Problem, kKvTile>(p, stream);
   } else if constexpr (kPipe == NvPipe::kE4M3) {
     using Policy = FwdPolicyFp8<Problem>;
     launch_with<Problem, Policy, FwdPipeline<Problem, Policy>>(p, stream);

@@ -9,14 +9,15 @@
 // boundaries) it finalizes tile g: when its copies have landed, fence.proxy.async and arrive
 // k_full; then (named barrier: every producer's part landed) transpose Vraw -> Vt in registers
 // (4x4 byte blocks), fence, arrive v_full.
-// Consumer warpgroup w (64 packed rows, 4 warps x 16), per tile: wait k_full; S = Q.K^T (m64n64k32,
-// Q and K from shared memory); logits, mask, online softmax, p8 = sat(p / p_scale) packed straight
+// Consumer warpgroup w (64 packed rows, 4 warps x 16), per tile: wait k_full; S = Q.K^T (m64nNk32,
+// N = kBlockN, Q and K from shared memory); logits, mask, online softmax, p8 = sat(p / p_scale) packed straight
 // into the A fragments of P.V; wait v_full; O += P8.Vt and l += P8.1 (P from registers); arrive
 // empty. After its last tile it stores the item's rows (the Epilogue) and then releases Q.
 // S's accumulator gives lane (g, t) keys 8j + 2t + {0, 1}; the P.V A fragment wants a lane's four
 // bytes at consecutive k. So the k order of P.V is permuted: k position v = 16h + 4t' + b of a
 // 32-key step holds key 16h + 8(b >> 1) + 2t' + (b & 1) -- what lane t' already has -- and the
-// transpose writes V's keys into Vt in that order (the sum over k does not care).
+// transpose writes V's keys into Vt in that order (the sum over k does not care). A 128-key tile
+// is two 64-key halves, each transposed and laid out (a 64-byte column block of Vt) like a 64-key tile.
 // Numerics: the FP8 tensor cores sum products with less than fp32 precision, so outputs differ
 // from the CPU oracle (exact fp32 products and sums) by rounding noise: the error against fp64 is
 // the same as the portable pipelines' (docs/gpu-kernels.md).
@@ -35,6 +36,8 @@ struct FwdPipelineNvWgmma {
   static constexpr int kD = Policy::kD;
   static constexpr int kBN = Policy::kBlockN;
   static constexpr int kStages = Policy::kStages;
+  static constexpr int kSElems = kBN / 2;  // S accumulators per thread (two rows x kBN / 4 keys)
+  static constexpr int kPWords = kBN / 8;  // P8 A-fragment registers per thread (4 per 32-key step)
   using QK = typename Policy::QK;
   using VT = typename Policy::VT;
 
@@ -71,7 +74,7 @@ struct FwdPipelineNvWgmma {
   }
 
   // ---- producer --------------------------------------------------------------------------------
-  // Key of k position v (0..63) of a tile (the P.V order above).
+  // Key of k position v (0..kBN-1) of a tile (the P.V order above).
   FP8ATTN_HD static int key_of_pos(int v) {
     const int w = v & 31, b = w & 3;
     return 32 * (v >> 5) + 16 * (w >> 4) + 8 * (b >> 1) + 2 * ((w >> 2) & 3) + (b & 1);
@@ -83,7 +86,7 @@ struct FwdPipelineNvWgmma {
 
   // Per-thread copy and transpose assignments, the same for every tile (computed once).
   static constexpr int kLoadRows = kBN * Policy::kChunks / 128;  // K (and V) rows one producer thread copies
-  static constexpr int kUnits = 16 * (kD / 4) / 128;             // 4x4 transpose units per producer thread
+  static constexpr int kUnits = 16 * (kD / 4) / 128;             // 4x4 transpose units per thread and 64 keys
 
   struct Producer {
     int ptid;    // 0..127
@@ -190,20 +193,22 @@ struct FwdPipelineNvWgmma {
       }
     }
 
-    // Vraw [key][d] -> Vt [d][k position], 4x4 byte blocks through registers.
+    // Vraw [key][d] -> Vt [d][k position], 4x4 byte blocks through registers; keys 64h.. of the
+    // tile go to Vt's column block h.
     FP8ATTN_DEVICE void transpose_v(const uint8_t* sVraw, uint8_t* sVt) const {
       constexpr int kS = Policy::kVrawStride;
       const int sw = rot ? 64 : 0;
 #pragma unroll
-      for (int k = 0; k < kUnits; ++k) {
-        const uint8_t* src = sVraw + rd + 32 * k;
+      for (int hk = 0; hk < kBN / 64 * kUnits; ++hk) {
+        const int h = hk / kUnits, k = hk % kUnits;
+        const uint8_t* src = sVraw + rd + 64 * h * kS + 32 * k;
         const uint32_t in[4] = {*reinterpret_cast<const uint32_t*>(src), *reinterpret_cast<const uint32_t*>(src + kS),
                                 *reinterpret_cast<const uint32_t*>(src + 8 * kS),
                                 *reinterpret_cast<const uint32_t*>(src + 9 * kS)};
         uint32_t out[4];
         nv::transpose4x4_bytes(in, out);
         // rows d = 4c + j get out[j]; with rot each pair is written in swapped order
-        uint8_t* dst = sVt + wr + 2048 * k;
+        uint8_t* dst = sVt + wr + h * (kD * 64) + 2048 * k;
         *reinterpret_cast<uint32_t*>(dst + sw) = rot ? out[1] : out[0];
         *reinterpret_cast<uint32_t*>(dst + 64 - sw) = rot ? out[0] : out[1];
         *reinterpret_cast<uint32_t*>(dst + wr_hi + sw) = rot ? out[3] : out[2];
@@ -264,9 +269,9 @@ struct FwdPipelineNvWgmma {
   // One KV tile for the thread's two rows: s (the S accumulator) -> P8 A fragments pa and the
   // online-softmax update of st.m; alpha = the factor acc and l must be rescaled by before this
   // tile's P.V is added. Element 4j + i: row slot i >> 1, key 8j + 2t + (i & 1).
-  FP8ATTN_DEVICE static void softmax(float (&s)[32], int tile, bool need_mask, const int32_t lo[2], const int32_t hi[2],
+  FP8ATTN_DEVICE static void softmax(float (&s)[kSElems], int tile, bool need_mask, const int32_t lo[2], const int32_t hi[2],
                                      const LogitsTransform logits[2], const PQuant& pq, int t, FwdState<Policy>& st,
-                                     float alpha[2], uint32_t pa[8]) {
+                                     float alpha[2], uint32_t (&pa)[kPWords]) {
     constexpr float kNegInf = -INFINITY;
     // Without softcap the logit scale is folded into the exponent's FMA (the max commutes with a
     // positive scale); with softcap s is transformed first.
@@ -277,7 +282,7 @@ struct FwdPipelineNvWgmma {
       sc[1] = logits[1].scale_log2;
     } else {
 #pragma unroll
-      for (int e = 0; e < 32; ++e) s[e] = logits[(e & 3) >> 1](s[e]);
+      for (int e = 0; e < kSElems; ++e) s[e] = logits[(e & 3) >> 1](s[e]);
     }
     float mx[2] = {kNegInf, kNegInf};
     if (need_mask) {  // the row's visible keys are [lo, hi) (Mask::visible as an interval)
@@ -285,14 +290,14 @@ struct FwdPipelineNvWgmma {
       // if-converted and run on every tile (~100 instructions per warp), masked or not.
       asm volatile("" ::: "memory");
 #pragma unroll
-      for (int e = 0; e < 32; ++e) {
+      for (int e = 0; e < kSElems; ++e) {
         const int ri = (e & 3) >> 1;
         const int32_t key = tile * kBN + 8 * (e >> 2) + 2 * t + (e & 1);
         s[e] = (key >= lo[ri] && key < hi[ri]) ? s[e] : kNegInf;
       }
     }
 #pragma unroll
-    for (int e = 0; e < 32; ++e) mx[(e & 3) >> 1] = fmaxf(mx[(e & 3) >> 1], s[e]);
+    for (int e = 0; e < kSElems; ++e) mx[(e & 3) >> 1] = fmaxf(mx[(e & 3) >> 1], s[e]);
     // 1 / p_scale enters the exponent: one FMA per element instead of an FMA and a multiply.
     const float log2_inv_p_scale = __log2f(pq.inv_p_scale);
     float neg_m[2];
@@ -308,7 +313,7 @@ struct FwdPipelineNvWgmma {
     }
     // A register r of 32-key step kk: row slot r & 1, S blocks j = 4kk + 2(r >> 1) and j + 1.
 #pragma unroll
-    for (int w = 0; w < 8; ++w) {
+    for (int w = 0; w < kPWords; ++w) {
       const int kk = w >> 2, r = w & 3, ri = r & 1, j = 4 * kk + 2 * (r >> 1);
       const float pin[4] = {nv::exp2_approx(fmaf(s[4 * j + 2 * ri], sc[ri], neg_m[ri])),
                             nv::exp2_approx(fmaf(s[4 * j + 2 * ri + 1], sc[ri], neg_m[ri])),
@@ -352,14 +357,14 @@ struct FwdPipelineNvWgmma {
     }
 
     // Issues S = Q.K^T of the tile in `slot` (asynchronous: one commit group).
-    FP8ATTN_DEVICE void issue_qk(float (&s)[32], uint64_t dq, int slot) const {
+    FP8ATTN_DEVICE void issue_qk(float (&s)[kSElems], uint64_t dq, int slot) const {
       const uint64_t dk = dk0 + ((slot * Policy::kKBytes) >> 4);
       // The first k step overwrites s without reading it, so the softmax may rewrite s in place
       // while other wgmmas are in flight.
-      nv::Wgmma<64>::ss_first(s, dq, dk);
+      nv::Wgmma<kBN>::ss_first(s, dq, dk);
 #pragma unroll
       for (int ks = 1; ks < kD / 32; ++ks)
-        nv::Wgmma<64>::ss(s, dq + (qk_step(Policy::kBlockM, ks) >> 4), dk + (qk_step(kBN, ks) >> 4), 1);
+        nv::Wgmma<kBN>::ss(s, dq + (qk_step(Policy::kBlockM, ks) >> 4), dk + (qk_step(kBN, ks) >> 4), 1);
       nv::wgmma_commit();
     }
     // Issues acc += P8.Vt and lt = P8.1 (this tile's row sums, promoted to fp32 by the caller:
@@ -367,12 +372,18 @@ struct FwdPipelineNvWgmma {
     // No wgmma.fence of its own: in the loop it follows issue_qk under the caller's one fence, which
     // orders every register write of the iteration (acc rescale, P8); a second fence between the two
     // groups makes ptxas serialize all wgmmas (C7513), which undoes the overlap with the softmax.
-    FP8ATTN_DEVICE void issue_pv(float (&acc)[kD / 2], float (&lt)[4], const uint32_t pa[8], int slot) const {
+    // (32-key step kk reads bytes 32kk.. of Vt's rows: 64-byte column block kk / 2; the ones tile
+    // is 64 columns wide and all ones, so every odd step reads its second half.)
+    FP8ATTN_DEVICE void issue_pv(float (&acc)[kD / 2], float (&lt)[4], const uint32_t (&pa)[kPWords], int slot) const {
       const uint64_t dv = dvt0 + ((slot * Policy::kVtBytes) >> 4);
-      nv::Wgmma<kD>::rs(acc, pa, dv, 1);
-      nv::Wgmma<8>::rs_first(lt, pa, dones);
-      nv::Wgmma<kD>::rs(acc, pa + 4, dv + 2, 1);
-      nv::Wgmma<8>::rs(lt, pa + 4, dones + 2, 1);
+#pragma unroll
+      for (int kk = 0; kk < kBN / 32; ++kk) {
+        nv::Wgmma<kD>::rs(acc, pa + 4 * kk, dv + ((VT::offset(kD, 0, 32 * kk)) >> 4), 1);
+        if (kk == 0)
+          nv::Wgmma<8>::rs_first(lt, pa, dones);
+        else
+          nv::Wgmma<8>::rs(lt, pa + 4 * kk, dones + 2 * (kk & 1), 1);
+      }
       nv::wgmma_commit();
     }
 
@@ -400,14 +411,14 @@ struct FwdPipelineNvWgmma {
       };
       qs = qn & 1;
       const uint64_t dq = QK::desc(q_buf(smem, qs), Policy::kBlockM, 64 * wg, 0);
-      float s[32], lt[4];
+      float s[kSElems], lt[4];
       float(&acc)[kD / 2] = reinterpret_cast<float(&)[kD / 2]>(st.acc);
       FP8ATTN_TRACE(kTraceConsumerItem);
       nv::mbar_wait(&bars->q_full[qs], (qn >> 1) & 1);
       FP8ATTN_TRACE(kTraceConsumerQ);
       ++qn;
       if (c.tile_begin < c.tile_end) {
-        uint32_t pa[8];
+        uint32_t pa[kPWords];
         float alpha[2];
         int slot = g % kStages;
         uint32_t phase = (g / kStages) & 1;
@@ -435,7 +446,7 @@ struct FwdPipelineNvWgmma {
           issue_pv(acc, lt, pa, slot);
           nv::fence_operands(acc);
           nv::wgmma_wait<1>();  // S of the next tile (P.V of this one stays in flight)
-          uint32_t pn[8];
+          uint32_t pn[kPWords];
           softmax(s, tile, need_mask(tile), lo, hi, tr.logits, pq, t, st, alpha, pn);
           // The softmax's results pinned before the wait: the compiler otherwise sinks the
           // register-only softmax math past wgmma.wait (the SASS had every exp2 and P8 conversion
@@ -449,7 +460,7 @@ struct FwdPipelineNvWgmma {
           st.l[1] += lt[2];
           rescale(alpha, st);
 #pragma unroll
-          for (int w = 0; w < 8; ++w) pa[w] = pn[w];
+          for (int w = 0; w < kPWords; ++w) pa[w] = pn[w];
           ++g;
           slot = nslot;
           phase = nphase;

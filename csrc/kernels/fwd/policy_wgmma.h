@@ -1,7 +1,12 @@
 // The Policy of the Hopper warp-specialized pipeline (pipeline_wgmma.h): one producer warpgroup
 // (copies and the V transpose) and two consumer warpgroups of 64 packed query rows each, a ring
-// of kStages KV tiles of 64 keys (the kv tile every implementation quantizes P on), head dims
-// 64 / 128 / 256 and e4m3fn (the FP8 wgmma reads OCP e4m3; fnuz stays on the portable pipeline).
+// of kStages KV tiles of kKvTile keys, head dims 64 / 128 / 256 and e4m3fn (the FP8 wgmma reads
+// OCP e4m3; fnuz stays on the portable pipeline).
+//
+// The KV tile is also where P is quantized (the running max is updated once per tile): 64 keys,
+// every implementation's default, or 128 at D 64 / 128 (the Hopper default: per 128 keys the
+// consumers pay the fixed cost of a step -- barrier waits, wgmma issue, max shuffles, the rescale
+// vote -- once instead of twice; D 256 has no registers for a 128-key S next to its O).
 //
 // Persistent: a block per SM loops over the (m block, batch x kv head, split) work items, so the
 // producer loads the next item's Q and first KV tiles while the consumers finish the current one.
@@ -10,7 +15,8 @@
 //   Q     x 2 [kBlockM][kD]    swizzled K-major (kSw-byte column blocks), A of S = Q.K^T; two
 //                              buffers: the next work item's Q lands while the current one is in use
 //   K     x kStages [kBlockN][kD]    swizzled K-major, B of S = Q.K^T
-//   Vt    x kStages [kD][kBlockN]    V transposed, keys permuted (see the pipeline), 64B swizzle, B of O += P.V
+//   Vt    x kStages [kD][kBlockN]    V transposed, keys permuted (see the pipeline), 64B swizzle
+//                                    (a 128-key tile is two 64-key column blocks), B of O += P.V
 //   Vraw  x kStages [kBlockN][kVrawStride]  V as copied (natural [key][d]), input of the transpose
 //   ones  [8][64]                  FP8 1.0: B of l += P.1 (the row sums of P8 on the tensor cores)
 //   barriers: q_full[2], q_empty[2], k_full[kStages], v_full[kStages], empty[kStages]
@@ -22,7 +28,7 @@
 
 namespace fp8attn {
 
-template <class Problem>
+template <class Problem, int kKvTile = kDefaultKvTile>
 struct FwdPolicyNvWgmma {
   static constexpr int kD = Problem::kHeadDim;
   static_assert(kD == 64 || kD == 128 || kD == 256, "wgmma pipeline: head dims 64, 128, 256");
@@ -30,9 +36,10 @@ struct FwdPolicyNvWgmma {
   static constexpr int kConsumers = 2;  // consumer warpgroups
   static constexpr int kThreads = 128 * (1 + kConsumers);
   static constexpr int kBlockM = 64 * kConsumers;
-  static constexpr int kBlockN = kDefaultKvTile;
-  static_assert(kBlockN == 64, "the P fragment / Vt layout assumes 64-key tiles");
-  static constexpr int kStages = kD <= 128 ? 4 : 3;
+  static constexpr int kBlockN = kKvTile;
+  static_assert(kBlockN == 64 || (kBlockN == 128 && kD <= 128), "wgmma pipeline: 64-key tiles, or 128 at D <= 128");
+  // 4 stages where they fit (3 at D 256 and for 128-key tiles at D 128: 50 KB per stage)
+  static constexpr int kStages = kD * kBlockN <= 8192 ? 4 : 3;
   static constexpr int kNTilesO = kD / 8;  // n8 blocks of the O accumulator
   static constexpr int kChunks = kD / 16;  // 16-byte chunks per Q / K / V row
   static constexpr int kSw = kD >= 128 ? 128 : 64;
