@@ -17,12 +17,15 @@ enum TraceEvent : int {
   kTraceProducerQ = 3,           // Q stored, q_full arrived
   kTraceProducerIssued = 4,      // the item's KV copies are issued
   kTraceProducerFinalized = 5,   // a tile is complete (k_full, v_full)
+  kTraceProducerSlotWait = 6,    // it waits for a free ring slot ...
+  kTraceProducerSlotGo = 7,      // ... and has it
   // wgmma consumers (warps 4 and 8: the leaders of the two consumer warpgroups)
   kTraceConsumerItem = 10,       // a work item starts
   kTraceConsumerQ = 11,          // q_full passed
   kTraceConsumerFirstK = 12,     // the first tile's k_full passed
   kTraceConsumerStepWait = 13,   // a KV step waits for its tiles ...
   kTraceConsumerStepGo = 16,     // ... and has them
+  kTraceConsumerStepDone = 17,   // its P.V retired (issue, S, softmax, P.V wait)
   kTraceConsumerLoopDone = 14,   // the item's last P.V retired
   kTraceConsumerStored = 15,     // the epilogue is done
   // decode pipeline (every warp)

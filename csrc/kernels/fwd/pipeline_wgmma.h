@@ -252,7 +252,9 @@ struct FwdPipelineNvWgmma {
       for (int tile = c.tile_begin; tile < c.tile_end; ++tile) {
         if (g - fz >= kStages - 1) finalize<kStages - 2>(smem, bars);
         const int s = g % kStages;
+        FP8ATTN_TRACE(kTraceProducerSlotWait);
         if (g >= kStages) nv::mbar_wait(&bars->empty[s], ((g / kStages) - 1) & 1);
+        FP8ATTN_TRACE(kTraceProducerSlotGo);
         load_kv(p, c, tile, k_buf(smem, s), vraw_buf(smem, s));
         nv::cp_async_commit();
         ++g;
@@ -454,6 +456,7 @@ struct FwdPipelineNvWgmma {
           nv::fence_operands(pn);
           nv::fence_operands(alpha);
           nv::wgmma_wait<0>();
+          FP8ATTN_TRACE(kTraceConsumerStepDone);
           nv::fence_operands(pa);  // read by P.V until here: pn must not share its registers
           nv::mbar_arrive(&bars->empty[slot]);
           st.l[0] += lt[0];

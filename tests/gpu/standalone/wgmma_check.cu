@@ -2,8 +2,11 @@
 // (same tiles and quantization points, known correct against the CPU oracle), without torch: a
 // quick loop on an H200 before the full GPU suite. Build: tests/gpu/standalone/build.sh.
 //   wgmma_check [--quick]      agreement on contract cases, then TFLOP/s of both pipelines
-//   wgmma_check_trace          (built with -DFP8ATTN_EVENT_TRACE) an event trace of the wgmma
+//   wgmma_check --profile D CAUSAL [KV_TILE]   one wgmma launch of 1 x 32 x 8192 (for ncu)
+//   wgmma_check_trace [KV_TILE]  (built with -DFP8ATTN_EVENT_TRACE) an event trace of the wgmma
 //                              kernel's first blocks on short and long prefill shapes
+// The wgmma pipeline runs 64-key tiles (the f16 pipeline's, for the agreement check) unless
+// KV_TILE is 128 (D 64 / 128).
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -22,9 +25,13 @@
 
 using namespace fp8attn;
 
+int g_kv_tile = 64;
+
 template <int D, MaskKind M>
 void launch(bool wgmma, const FwdParams& p) {
   using P = FwdProblem<D, Fp8Kind::E4M3FN, M>;
+  if constexpr (D <= 128)
+    if (wgmma && g_kv_tile == 128) return launch_fwd<P, NvPipe::kWgmma, 128>(p, 0);
   if (wgmma)
     launch_fwd<P, NvPipe::kWgmma>(p, 0);
   else
@@ -333,7 +340,8 @@ double time_ms(bool wgmma, const FwdParams& p, int reps) {
 }
 
 #ifdef FP8ATTN_EVENT_TRACE
-int main() {
+int main(int argc, char** argv) {
+  if (argc > 1) g_kv_tile = std::atoi(argv[1]);
   struct Shape {
     int B, S;
     bool causal;
@@ -347,8 +355,8 @@ int main() {
     trace_reset();
     dispatch(true, b.p);
     CK(cudaDeviceSynchronize());
-    std::printf("\n=== B=%d H=32 S=%d D=128 causal=%d: %.1f us per call; warps 0 (producer), 4, 8 (consumers)\n", f.B,
-                f.S, f.causal, ms * 1e3);
+    std::printf("\n=== B=%d H=32 S=%d D=128 causal=%d kv_tile=%d: %.1f us per call; warps 0 (producer), 4, 8 "
+                "(consumers)\n", f.B, f.S, f.causal, g_kv_tile, ms * 1e3);
     trace_dump(4, 400);
   }
   return 0;
@@ -361,6 +369,7 @@ int main(int argc, char** argv) {
   if (argc > 3 && std::strcmp(argv[1], "--profile") == 0) {  // one wgmma launch of 1 x 32 x 8192, for ncu
     Case c{"profile", 1, 32, 32, std::atoi(argv[2]), {8192}, {8192}};
     c.causal = std::atoi(argv[3]) != 0;
+    if (argc > 4) g_kv_tile = std::atoi(argv[4]);
     Built b = build(c);
     b.p.q_descale = b.p.k_descale = nullptr;
     dispatch(true, b.p);
