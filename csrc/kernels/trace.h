@@ -19,6 +19,9 @@ enum TraceEvent : int {
   kTraceProducerFinalized = 5,   // a tile is complete (k_full, v_full)
   kTraceProducerSlotWait = 6,    // it waits for a free ring slot ...
   kTraceProducerSlotGo = 7,      // ... and has it
+  kTraceProducerLanded = 8,      // finalize: its copies have landed
+  kTraceProducerBarrier = 9,     // finalize: every producer's copies landed (named barrier)
+  kTraceProducerCopied = 18,     // a tile's copies are issued
   // wgmma consumers (warps 4 and 8: the leaders of the two consumer warpgroups)
   kTraceConsumerItem = 10,       // a work item starts
   kTraceConsumerQ = 11,          // q_full passed

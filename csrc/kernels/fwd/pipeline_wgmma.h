@@ -221,11 +221,13 @@ struct FwdPipelineNvWgmma {
     FP8ATTN_DEVICE void finalize(uint8_t* smem, Barriers* bars) {
       const int s = fz % kStages;
       nv::cp_async_wait<kPending>();
+      FP8ATTN_TRACE(kTraceProducerLanded);
       nv::fence_proxy_async();
       nv::mbar_arrive(&bars->k_full[s]);
       // Every producer's copies of the tile landed, and every producer finished the previous
       // transpose (whose Vraw slot the next copy may reuse).
       nv::named_barrier_sync(1, 128);
+      FP8ATTN_TRACE(kTraceProducerBarrier);
       transpose_v(vraw_buf(smem, s), vt_buf(smem, s));
       nv::fence_proxy_async();
       nv::mbar_arrive(&bars->v_full[s]);
@@ -257,6 +259,7 @@ struct FwdPipelineNvWgmma {
         FP8ATTN_TRACE(kTraceProducerSlotGo);
         load_kv(p, c, tile, k_buf(smem, s), vraw_buf(smem, s));
         nv::cp_async_commit();
+        FP8ATTN_TRACE(kTraceProducerCopied);
         ++g;
       }
       FP8ATTN_TRACE(kTraceProducerIssued);
