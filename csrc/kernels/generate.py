@@ -133,12 +133,13 @@ def main():
     for arch, d, kind, mask, kv in insts:
         fn = launch_of(arch, d, kind, mask, kv)
         decls.append(f"extern template void {fn}(const FwdParams&, cudaStream_t);")
-        rows.append(f'    {{"{name_of(arch, d, kind, mask, kv)}", {ARCHS[arch]}, {d}, {FP8_KINDS[kind]}, {MASKS[mask]}, '
-                    f"{kv}, &{fn}}},")
+        rows.append(f'    {{"{name_of(arch, d, kind, mask, kv)}", {ARCHS[arch]}, {d}, {FP8_KINDS[kind]}, '
+                    f"{MASKS[mask]}, {kv}, &{fn}}},")
+    empty = "\n    {nullptr, NvPipe::kF16, 0, Fp8Kind::E4M3FN, MaskKind::kNone, 0, nullptr},\n"  # no instance built
     table = (HEADER + '#include "kernels/fwd/api.h"\n#include "kernels/fwd/launch.h"\n'
              + _includes(sorted({i[0] for i in insts})) + '\nnamespace fp8attn {\n'
              + "\n".join(decls) + "\n\nnamespace {\nconst FwdInstance kInstances[] = {\n" + "\n".join(rows)
-             + ("\n    {nullptr, NvPipe::kF16, 0, Fp8Kind::E4M3FN, MaskKind::kNone, 0, nullptr},\n" if not rows else "\n")
+             + (empty if not rows else "\n")
              + "};\n}  // namespace\n\nconst FwdInstance* fwd_instances(int* count) {\n"
              f"  *count = {len(rows)};\n  return kInstances;\n}}\n\n}}  // namespace fp8attn\n")
     path = os.path.join(args.out_dir, "fwd_dispatch.cu")
