@@ -18,7 +18,7 @@ import time
 
 import torch
 
-from . import forward
+from . import forward, kernel_name
 from .quant import fp8_max
 from .reference import ideal_attention, quantized_attention
 from .workload import llama_batch
@@ -62,9 +62,12 @@ def run_attention(device: torch.device, repeats: int) -> dict:
         return forward(w.q, w.key_cache, w.value_cache, out_scale=out_scale, **w.kwargs)
 
     out = call()
+    # The reference at the kernel's own KV tile (Hopper's wgmma kernels take 128 keys by default).
+    kernel = kernel_name(w.q, w.key_cache, w.value_cache, out_scale=out_scale, **w.kwargs)
+    kv_tile = 128 if kernel.endswith("_kv128") else 64
     cpu = w.to("cpu")
     ideal, _ = ideal_attention(cpu.q, cpu.key_cache, cpu.value_cache, **cpu.kwargs)
-    quant, _ = quantized_attention(cpu.q, cpu.key_cache, cpu.value_cache, kv_tile=64, out_scale=out_scale.cpu(),
+    quant, _ = quantized_attention(cpu.q, cpu.key_cache, cpu.value_cache, kv_tile=kv_tile, out_scale=out_scale.cpu(),
                                    **cpu.kwargs)
     o = out.cpu().double() * float(out_scale)
     err = ((o - ideal).norm() / ideal.norm()).item()
@@ -74,7 +77,8 @@ def run_attention(device: torch.device, repeats: int) -> dict:
     same = (codes[0] == codes[1]).float().mean().item()
     t = _timeit(call, device, repeats)
     return dict(device=str(device), device_name=torch.cuda.get_device_name() if device.type == "cuda" else "cpu",
-                sequences=len(w.seqs), query_tokens=int(w.q.shape[0]), key_tokens=sum(k for _, k in w.seqs),
+                kernel=kernel, sequences=len(w.seqs), query_tokens=int(w.q.shape[0]),
+                key_tokens=sum(k for _, k in w.seqs),
                 fp8=str(fp8), rel_l2_vs_fp64=err, fp8_rounding_floor=floor, identical_to_quantized_ref=same,
                 seconds=t, tflops=w.flops / t / 1e12, kv_gb_per_s=w.kv_bytes / t / 1e9)
 
