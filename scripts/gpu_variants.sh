@@ -10,7 +10,8 @@
 #                                            fp8attn column of every variant side by side
 #
 # Knobs (env): FP8ATTN_ARCHS (default sm90a), BENCH_ARGS (e.g. "--only decode"), STEP_TIMEOUT
-# (seconds per test / bench step, default 300), KEEP_ALL=1 (keep each variant's bench.md / .png and
+# (seconds per test / bench step, default 300), SANITIZE=racecheck (or memcheck: that
+# compute-sanitizer tool over tests/gpu/sanitize_cases.py per variant, its summary line printed), KEEP_ALL=1 (keep each variant's bench.md / .png and
 # build.rc: by default only bench.json, and build.log of a failed build, stay in OUTDIR -- the device
 # tool brings back at most 8 files). Remove variants/ afterwards.
 set -uo pipefail
@@ -62,6 +63,9 @@ for v in "${vars[@]}"; do
   (cd "variants/$v" && PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} FP8ATTN_COMMIT=$v timeout "$T" \
      python3 -m fp8attn.bench --peers "$peers" --out-dir "$OUTDIR/$v" ${BENCH_ARGS:-} >/dev/null 2>&1) ||
     { echo "   bench failed"; rc=1; }
+  if [ -n "${SANITIZE:-}" ]; then
+    (cd "variants/$v" && PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} timeout "$T" compute-sanitizer --tool "$SANITIZE"        --error-exitcode 9 python3 tests/gpu/sanitize_cases.py 2>&1 | grep -E "SUMMARY|Error|error" | tail -3) || rc=1
+  fi
   peers=none
 done
 python3 - "$OUTDIR" "${vars[@]}" <<'EOF'
