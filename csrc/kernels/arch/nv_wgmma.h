@@ -90,6 +90,22 @@ FP8ATTN_DEVICE void named_barrier_sync(int id, int threads) {
 }
 
 #if FP8ATTN_NV_WGMMA
+// Four 8x8 b16 matrices to shared memory (stmatrix, sm_90; the inverse of nv_mma.h's ldmatrix_x4):
+// lane 8m + r gives the shared-window address of row r of matrix m, which gets r[m] of lanes
+// 4r .. 4r + 3.
+FP8ATTN_DEVICE void stmatrix_x4(uint32_t row, const uint32_t (&r)[4]) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(row), "r"(r[0]), "r"(r[1]),
+               "r"(r[2]), "r"(r[3])
+               : "memory");
+}
+// ldmatrix_x4_trans (nv_mma.h) at a shared-window address.
+FP8ATTN_DEVICE void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t row) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(row)
+               : "memory");
+}
+
 template <int kRegs>
 FP8ATTN_DEVICE void regs_dealloc() {
   asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegs));

@@ -31,7 +31,7 @@ __global__ void __launch_bounds__(Policy::kThreads, 1) fwd_kernel_wgmma(const __
   const int wg_idx = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x / 128), 0);
   if (wg_idx == 0) {
     if constexpr (Policy::kProducerRegs > 0) nv::regs_dealloc<Policy::kProducerRegs>();
-    typename Pipe::Producer prod(static_cast<int>(threadIdx.x));
+    typename Pipe::Producer prod(static_cast<int>(threadIdx.x), smem);
     for (int32_t item = blockIdx.x; item < total; item += gridDim.x) {
       BlockCtx c;
       if (make_block<Problem, Policy>(p, item % nx, item / nx, c)) prod.item(p, c, smem, bars);

@@ -74,19 +74,11 @@ struct FwdPipelineNvWgmma {
   }
 
   // ---- producer --------------------------------------------------------------------------------
-  // Key of k position v (0..kBN-1) of a tile (the P.V order above).
-  FP8ATTN_HD static int key_of_pos(int v) {
-    const int w = v & 31, b = w & 3;
-    return 32 * (v >> 5) + 16 * (w >> 4) + 8 * (b >> 1) + 2 * ((w >> 2) & 3) + (b & 1);
-  }
-  // +16 bytes per row and chunks XOR-ed with bit 4 of the key: the transpose's lanes hit 32 banks.
-  FP8ATTN_HD static int vraw_offset(int key, int chunk) {
-    return key * Policy::kVrawStride + ((chunk ^ ((key >> 4) & 1)) << 4);
-  }
+  // +16 bytes per row: the 8 rows of a transpose matrix (8 consecutive keys) hit distinct banks.
+  FP8ATTN_HD static int vraw_offset(int key, int chunk) { return key * Policy::kVrawStride + 16 * chunk; }
 
-  // Per-thread copy and transpose assignments, the same for every tile (computed once).
+  // Per-thread copy assignment, the same for every tile (computed once).
   static constexpr int kLoadRows = kBN * Policy::kChunks / 128;  // K (and V) rows one producer thread copies
-  static constexpr int kUnits = 16 * (kD / 4) / 128;             // 4x4 transpose units per thread and 64 keys
 
   struct Producer {
     int ptid;    // 0..127
@@ -96,21 +88,28 @@ struct FwdPipelineNvWgmma {
     // copies: thread copies chunk ch of rows row0 + k * kRowStep (k < kLoadRows) of K and V
     int ch, row0;
     static constexpr int kRowStep = 128 / Policy::kChunks;
-    // Transpose units: unit k (u = tid + 128k) is position group q (k positions 4q..4q+3, keys
-    // key_of_pos(4q) + {0, 1, 8, 9}) x 4-byte column c = c0 + 8k of d; q does not depend on k, so
-    // unit k reads at rd + 32k in Vraw and writes its d rows 4c, 4c + 1 at wr + 2048k in Vt, and
-    // rows 4c + 2, 4c + 3 at +wr_hi (the pair's swizzle chunk differs in bit 0). Lanes: 4 columns
-    // x 8 position groups, and rot (odd column pairs) swaps the order a pair is written in, so that
-    // reads and writes hit 32 distinct banks.
-    int rd, wr, wr_hi;
-    bool rot;
+    // The V transpose, per warp w and step (i, b) (i < kBN / 64, b < kD / 32): ldmatrix .trans of
+    // keys 16(w + 4i) .. +15 (16-key group h) x d 32b .. 32b + 31, as four 8 x 8 b16 matrices
+    // (keys 0-7 / 8-15 of the group x d 32b.. / 32b + 16..): lane t then holds, per 16-d half, keys
+    // 2(t % 4), +1 of both key halves at d pairs 2(t / 4), +1 -- after one byte permute per d, the
+    // four keys {k, k + 1, k + 8, k + 9} (k = 16h + 2(t % 4)) of one d, which are exactly the Vt
+    // positions 16h + 4(t % 4) .. +3 (the P.V order above). stmatrix writes them as Vt rows: matrix
+    // m row r is d = 32b + 16(m / 2) + 2r + p (p: the d parity; rows r < 4 take even d in even m),
+    // so each matrix's rows cover all 8 bank groups of the 64B swizzle. ld / st: the lane's row
+    // shared-window address at step (0, 0) in slot 0's Vraw / Vt (slots add kVrawBytes / kVtBytes,
+    // steps 64 i kVrawStride + 32 b / 64 kD i + 2048 b: immediates; whole addresses, so that no
+    // second copy of them stays live for the drain); sel_lo / sel_hi: the byte permutes of
+    // matrices m even / odd. Checked against the per-byte layout, and
+    // for bank conflicts, by tests/gpu/standalone/transpose_model.py.
+    uint32_t ld, st, sel_lo;  // (sel_hi = sel_lo ^ 0x1111: a register fewer for the 56-register producer)
 
-    FP8ATTN_DEVICE explicit Producer(int tid)
-        : ptid(tid), ch(tid % Policy::kChunks), row0(tid / Policy::kChunks), rot((tid >> 1) & 1) {
-      const int c = (tid & 3) + 4 * (tid >> 6), q = ((tid >> 2) & 7) + 8 * ((tid >> 5) & 1);
-      rd = vraw_offset(key_of_pos(4 * q), c >> 2) + 4 * (c & 3);
-      wr = VT::offset(kD, 4 * c, 4 * q);
-      wr_hi = VT::offset(kD, 4 * c + 2, 4 * q) - wr;
+    FP8ATTN_DEVICE Producer(int tid, uint8_t* smem)
+        : ptid(tid), ch(tid % Policy::kChunks), row0(tid / Policy::kChunks) {
+      const int w = tid / 32, m = (tid % 32) / 8, r = tid % 8, j = (tid % 32) / 4;
+      ld = nv::smem_addr(vraw_buf(smem, 0) + vraw_offset(16 * w + 8 * (m & 1) + r, m >> 1));
+      const int d = 16 * (m >> 1) + 2 * r + ((m & 1) ^ (r >= 4 ? 1 : 0));
+      st = nv::smem_addr(vt_buf(smem, 0) + VT::offset(kD, d, 16 * w));
+      sel_lo = j < 4 ? 0x6420u : 0x7531u;  // bytes 0, 2 of a and b: the even d of the pair
     }
 
     // FP8 q in batches of kQBatch chunks, every load of a batch issued before its stores: one
@@ -193,27 +192,24 @@ struct FwdPipelineNvWgmma {
       }
     }
 
-    // Vraw [key][d] -> Vt [d][k position], 4x4 byte blocks through registers; keys 64h.. of the
-    // tile go to Vt's column block h.
-    FP8ATTN_DEVICE void transpose_v(const uint8_t* sVraw, uint8_t* sVt) const {
-      constexpr int kS = Policy::kVrawStride;
-      const int sw = rot ? 64 : 0;
+    // Vraw [key][d] -> Vt [d][k position] of ring slot s (see the constructor).
+    FP8ATTN_DEVICE void transpose_v(int s) const {
+      const uint32_t vraw = ld + s * Policy::kVrawBytes, vt = st + s * Policy::kVtBytes;
+#if FP8ATTN_NV_WGMMA
+      const uint32_t sel_hi = sel_lo ^ 0x1111u;
+      // (one step's registers at a time: two steps in flight spill the 56-register producer)
 #pragma unroll
-      for (int hk = 0; hk < kBN / 64 * kUnits; ++hk) {
-        const int h = hk / kUnits, k = hk % kUnits;
-        const uint8_t* src = sVraw + rd + 64 * h * kS + 32 * k;
-        const uint32_t in[4] = {*reinterpret_cast<const uint32_t*>(src), *reinterpret_cast<const uint32_t*>(src + kS),
-                                *reinterpret_cast<const uint32_t*>(src + 8 * kS),
-                                *reinterpret_cast<const uint32_t*>(src + 9 * kS)};
-        uint32_t out[4];
-        nv::transpose4x4_bytes(in, out);
-        // rows d = 4c + j get out[j]; with rot each pair is written in swapped order
-        uint8_t* dst = sVt + wr + h * (kD * 64) + 2048 * k;
-        *reinterpret_cast<uint32_t*>(dst + sw) = rot ? out[1] : out[0];
-        *reinterpret_cast<uint32_t*>(dst + 64 - sw) = rot ? out[0] : out[1];
-        *reinterpret_cast<uint32_t*>(dst + wr_hi + sw) = rot ? out[3] : out[2];
-        *reinterpret_cast<uint32_t*>(dst + wr_hi + 64 - sw) = rot ? out[2] : out[3];
+      for (int i = 0; i < kBN / 64; ++i) {
+#pragma unroll
+        for (int b = 0; b < kD / 32; ++b) {
+          uint32_t in[4];
+          nv::ldmatrix_x4_trans(in, vraw + 64 * i * Policy::kVrawStride + 32 * b);
+          const uint32_t out[4] = {__byte_perm(in[0], in[1], sel_lo), __byte_perm(in[0], in[1], sel_hi),
+                                   __byte_perm(in[2], in[3], sel_lo), __byte_perm(in[2], in[3], sel_hi)};
+          nv::stmatrix_x4(vt + 64 * kD * i + 2048 * b, out);
+        }
       }
+#endif
     }
 
     // Tile `fz` is complete once at most kPending later copy groups are in flight.
@@ -228,7 +224,7 @@ struct FwdPipelineNvWgmma {
       // transpose (whose Vraw slot the next copy may reuse).
       nv::named_barrier_sync(1, 128);
       FP8ATTN_TRACE(kTraceProducerBarrier);
-      transpose_v(vraw_buf(smem, s), vt_buf(smem, s));
+      transpose_v(s);
       nv::fence_proxy_async();
       nv::mbar_arrive(&bars->v_full[s]);
       FP8ATTN_TRACE(kTraceProducerFinalized);

@@ -45,7 +45,7 @@ struct FwdPolicyNvWgmma {
   static constexpr int kSw = kD >= 128 ? 128 : 64;
   using QK = nv::SwizzledTile<kSw>;  // Q and K tiles
   using VT = nv::SwizzledTile<64>;   // Vt rows are the 64 keys of a tile
-  // +16 bytes per row and chunks XOR-ed with bit 4 of the key: the transpose's 32 lanes read 32 banks.
+  // +16 bytes per row: the 8 rows of each 8 x 16-byte matrix the transpose reads hit distinct banks.
   static constexpr int kVrawStride = kD + 16;
 
   static constexpr int kQBytes = kBlockM * kD;
