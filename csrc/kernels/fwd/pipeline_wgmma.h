@@ -388,9 +388,13 @@ struct FwdPipelineNvWgmma {
       nv::wgmma_commit();
     }
 
-    // The item's KV loop, software-pipelined inside the warpgroup: S of tile i+1 and P.V of tile i
-    // are issued together, and P.V runs on the tensor cores while the softmax of tile i+1 runs on
-    // the CUDA cores; acc and l are rescaled once P.V of tile i has landed.
+    // The item's KV loop: S of tile i+1 and P.V of tile i are issued together; acc and l are
+    // rescaled once P.V of tile i has landed. The source asks for the softmax of tile i+1 to run
+    // while P.V is in flight (wait 1, softmax, wait 0), but ptxas schedules the wait 0 ahead of the
+    // softmax (nothing depends on it): in the SASS every exp2 follows it, and the overlap is between
+    // the two consumer warpgroups. Forcing it inside the warpgroup (the wait at the next step's
+    // start, wip/wgmma-wait-next) holds tile i's slot through the softmax and was 4-34 % slower
+    // (docs/h200-logs/40-*): the ring, not the softmax, bounds this pipeline.
     FP8ATTN_DEVICE void item(const FwdParams& p, const BlockCtx& c, const ThreadRows<Tile>& tr, const PQuant& pq,
                              uint8_t* smem, Barriers* bars, FwdState<Policy>& st) {
       const int t = threadIdx.x % 4;
@@ -449,9 +453,8 @@ struct FwdPipelineNvWgmma {
           nv::wgmma_wait<1>();  // S of the next tile (P.V of this one stays in flight)
           uint32_t pn[kPWords];
           softmax(s, tile, need_mask(tile), lo, hi, tr.logits, pq, t, st, alpha, pn);
-          // The softmax's results pinned before the wait: the compiler otherwise sinks the
-          // register-only softmax math past wgmma.wait (the SASS had every exp2 and P8 conversion
-          // after it), and P.V no longer overlaps anything.
+          // The softmax's results pinned before the wait (in NVVM; ptxas still schedules the wait
+          // first, see above).
           nv::fence_operands(pn);
           nv::fence_operands(alpha);
           nv::wgmma_wait<0>();
