@@ -1,77 +1,118 @@
 """The wgmma pipeline's ring protocol (csrc/kernels/fwd/pipeline_wgmma.h) as a model: can the
 consumers' order of mbarrier waits and slot releases deadlock against the producer's lazy finalize?
 
-The producer issues tile g into slot g % S after the consumers released tile g - S, and publishes
-(k_full, v_full) tile fz only just before it issues tile fz + S - 1, or when it drains at the next
-item. A consumer step is a list of ("wait_k" | "wait_v" | "release", tile offset) relative to the
-tile whose P the step holds. The kernel's step releases the previous tile first (its P.V retired
-at the end of that step); the rotated order of wip/wgmma-wait-next (the wait for P.V at the start of
-the next step) also completes; the "k first" order waits for the next K before it releases the
-previous tile, which the lazy finalize can only publish after that release: it hung on the H200
-(docs/h200-logs/40-*), and the model finds that."""
+The producer issues tile g into slot g % S once the consumers released tile g - S's K (its copy
+writes K and its own Vraw), and publishes tile fz (k_full, then v_full once the consumers released
+tile fz - S's Vt, which the transpose overwrites) only just before it issues tile fz + S - 1, or
+when it drains at the next item. With one release per tile ("release": K and Vt together) the
+publication of the next K waits for the previous tile's release, so the "k first" order (wait for
+the next K, then release the previous tile) deadlocks: it hung on the H200 (docs/h200-logs/40-*),
+and the model finds that. A consumer order is (first, step, last): the ops of an item's first tile,
+of each step on tile g (S of g + 1 issued with P.V of g), and of its last tile, as (op, tile offset)
+with op one of wait_k, wait_v, release (K and Vt), release_k, release_v."""
 
 import pytest
 
-# step on tile g: S of tile g + 1 is issued with P.V of tile g; the P.V of tile g - 1 retires
-KERNEL = (("release", -1), ("wait_k", 1), ("wait_v", 0))
-ROTATED = (("wait_v", 0), ("release", -1), ("wait_k", 1))
-K_FIRST = (("wait_k", 1), ("wait_v", 0), ("release", -1))
+ORDERS = {
+    # main: the P.V of tile g retires at the end of its step (its slot released), then the next step
+    "joint": ((("wait_k", 0),), (("wait_k", 1), ("wait_v", 0), ("release", 0)), (("wait_v", 0), ("release", 0))),
+    # wip/wgmma-wait-next: the wait for P.V at the start of the next step, after that step's V
+    "joint rotated": (
+        (("wait_k", 0),),
+        (("wait_v", 0), ("release", -1), ("wait_k", 1)),
+        (("wait_v", 0), ("release", -1), ("release", 0)),
+    ),
+    # its first form: it hung
+    "joint k first": (
+        (("wait_k", 0),),
+        (("wait_k", 1), ("wait_v", 0), ("release", -1)),
+        (("wait_v", 0), ("release", -1), ("release", 0)),
+    ),
+    # wip/wgmma-split-release: K released once S landed, Vt once P.V did
+    "split rotated": (
+        (("wait_k", 0), ("release_k", 0)),
+        (("wait_v", 0), ("release_v", -1), ("wait_k", 1), ("release_k", 1)),
+        (("wait_v", 0), ("release_v", -1), ("release_v", 0)),
+    ),
+    "split k first": (
+        (("wait_k", 0), ("release_k", 0)),
+        (("wait_k", 1), ("release_k", 1), ("wait_v", 0), ("release_v", -1)),
+        (("wait_v", 0), ("release_v", -1), ("release_v", 0)),
+    ),
+}
 
 
-def run(step, stages: int, items: list[int]) -> bool:
+def program(order, items: list[int]) -> list[tuple[str, int]]:
+    first, step, last = order
+    prog, start = [], 0
+    for n in items:
+        end = start + n - 1
+        ops = [(op, start + off) for op, off in first]
+        for g in range(start, end):
+            ops += [(op, g + off) for op, off in step]
+        ops += [(op, end + off) for op, off in last]
+        # releases of tiles before the item's first were done by the previous item
+        prog += [(op, t) for op, t in ops if not (op.startswith("release") and t < start)]
+        start += n
+    return prog
+
+
+def run(order, stages: int, items: list[int]) -> bool:
     """True if every tile of every item is consumed; False on a deadlock."""
     total = sum(items)
-    ends = [sum(items[: i + 1]) for i in range(len(items))]  # global tile index past each item
-    published, released = -1, -1  # highest tile published (k and v), highest tile released
+    ends = [sum(items[: i + 1]) for i in range(len(items))]
+    rel_k = rel_v = -1  # highest tile whose K / Vt the consumers released
+    pub_k = pub_v = -1  # highest tile published (k_full / v_full)
     issued = 0
-    item = 0  # the producer's item
-    # consumer program, per item of tiles [start, L]: the first tile's K, the steps, the last P.V
-    prog = []
-    start = 0
-    for n in items:
-        last = start + n - 1
-        prog.append(("wait_k", start))
-        for g in range(start, last):
-            prog += [(op, g + off) for op, off in step if op != "release" or g + off >= start]
-        prog += [("wait_v", last)] + [("release", t) for t in (last - 1, last) if t >= start]
-        start += n
-    pc = 0
-    while pc < len(prog) or issued < total:
+    prog, pc = program(order, items), 0
+
+    def finalize() -> bool:  # publishes tile pub_v + 1; False while its Vt slot is still read
+        nonlocal pub_k, pub_v
+        fz = pub_v + 1
+        pub_k = max(pub_k, fz)
+        if fz >= stages and rel_v < fz - stages:
+            return False
+        pub_v = fz
+        return True
+
+    while True:
         progress = False
-        # producer: lazy finalize before the slot wait, drain at the item's end
-        while issued < total:
-            if issued == ends[item]:
-                published = issued - 1  # drain (at the next item's start)
-                item += 1
-            if issued - (published + 1) >= stages - 1:
-                published += 1
-            if issued >= stages and released < issued - stages:
+        while True:  # producer
+            draining = issued in ends  # an item's tiles all issued: the next item starts with a drain
+            if pub_v + 1 < issued and (draining or issued - (pub_v + 1) >= stages - 1):
+                if not finalize():
+                    break
+                progress = True
+                continue
+            if issued == total or (issued >= stages and rel_k < issued - stages):
                 break
             issued += 1
             progress = True
-        if issued == total:
-            published = total - 1
-        # consumer
-        while pc < len(prog):
+        while pc < len(prog):  # consumer
             op, t = prog[pc]
-            if op in ("wait_k", "wait_v") and t > published:
+            if (op == "wait_k" and t > pub_k) or (op == "wait_v" and t > pub_v):
                 break
-            if op == "release":
-                assert t == released + 1, "slots are released in order"
-                released = t
+            if op in ("release", "release_k"):
+                assert t == rel_k + 1, "K slots are released in order"
+                rel_k = t
+            if op in ("release", "release_v"):
+                assert t == rel_v + 1, "Vt slots are released in order"
+                rel_v = t
             pc += 1
             progress = True
+        if pc == len(prog) and issued == total:
+            return True
         if not progress:
             return False
-    return True
 
 
 @pytest.mark.parametrize("stages", [3, 4])
 @pytest.mark.parametrize("items", [[1], [2], [9], [3, 1, 7], [16, 16]])
-def test_kernel_order_completes(stages: int, items: list[int]) -> None:
-    assert run(KERNEL, stages, items)
-    assert run(ROTATED, stages, items)
+@pytest.mark.parametrize("order", ["joint", "joint rotated", "split rotated", "split k first"])
+def test_kernel_orders_complete(order: str, stages: int, items: list[int]) -> None:
+    assert run(ORDERS[order], stages, items)
 
 
-def test_k_first_order_deadlocks() -> None:
-    assert not run(K_FIRST, 3, [9])
+def test_joint_k_first_deadlocks() -> None:
+    assert not run(ORDERS["joint k first"], 3, [9])
+    assert not run(ORDERS["joint k first"], 4, [9])
