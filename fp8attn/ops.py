@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import math
+import re
 
 import torch
 
 from . import _C  # noqa: F401  (registers torch.ops.fp8attn)
 from .quant import FP8_DTYPES
 
-__all__ = ["forward", "write_kv_cache", "resolve_out_dtype"]
+__all__ = ["forward", "kernel_name", "kernel_kv_tile", "write_kv_cache", "resolve_out_dtype"]
 
 _16BIT = (torch.bfloat16, torch.float16)
 
@@ -119,6 +120,14 @@ def kernel_name(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, **kwargs) -> 
     instance (e.g. ``"fwd_sm90a_hd128_e4m3fn_band_kv128"``: family, head dim, FP8 kind, mask kind,
     KV tile when not 64) or ``"cpu"``. Raises the errors ``forward`` would raise."""
     return _forward(q, k, v, _op=torch.ops.fp8attn.forward_kernel, **kwargs)
+
+
+def kernel_kv_tile(kernel: str) -> int:
+    """Keys per online-softmax tile of the kernel ``kernel_name`` named: N for the instances named
+    ``..._kv<N>``, 64 for every other kernel and for ``"cpu"`` (their default ``kv_tile``). The
+    reference at that tile (``reference.quantized_attention(kv_tile=...)``) is the call's oracle."""
+    m = re.fullmatch(r"fwd_\w+_kv(\d+)", kernel)
+    return int(m.group(1)) if m else 64
 
 
 def _forward(q, k, v, *, cu_seqlens_q=None, cu_seqlens_k=None, seqused_k=None, max_seqlen_q=None, max_seqlen_k=None,

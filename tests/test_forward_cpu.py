@@ -286,3 +286,13 @@ def test_opcheck():
             kw["q_descale"], kw["k_descale"], kw["v_descale"], None, kw["out_scale"], True, 0)
     torch.library.opcheck(torch.ops.fp8attn.forward.default, args,
                           test_utils=("test_faketensor", "test_aot_dispatch_dynamic"))
+
+
+def test_kernel_name_and_kv_tile() -> None:
+    """On CPU tensors kernel_name says "cpu" (its KV tile: 64); GPU names carry the tile as _kv<N>."""
+    args, kw = make_case(q_lens=[3], k_lens=[70], seed=3).call_args()
+    assert fp8attn.kernel_name(*args, **kw) == "cpu"
+    assert fp8attn.kernel_kv_tile("cpu") == 64
+    assert fp8attn.kernel_kv_tile("fwd_sm90a_hd128_e4m3fn_band_kv128") == 128
+    assert fp8attn.kernel_kv_tile("fwd_sm90a_hd256_e4m3fn_nomask") == 64
+    assert fp8attn.kernel_kv_tile("fwd_sm90_hd128_e4m3fn_band") == 64

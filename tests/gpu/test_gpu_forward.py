@@ -6,6 +6,7 @@ import sys
 import pytest
 import torch
 
+from fp8attn import kernel_kv_tile
 from fp8attn.reference import ideal_attention
 
 sys.path.insert(0, os.path.dirname(__file__))
@@ -329,7 +330,7 @@ def test_kv_tile_128(D, shape, mask, layout):
     need_kv128(D)
     Sq, Sk = shape
     args, kw = make_case(layout=layout, D=D, Sq=Sq, Sk=Sk, H=8, Hkv=2, seed=D + Sq + Sk, **MASKS[mask])
-    assert kernel_of(*args, device=DEV, kv_tile=128, **kw).endswith("_kv128")
+    assert kernel_kv_tile(kernel_of(*args, device=DEV, kv_tile=128, **kw)) == 128
     check_vs_cpu(args, kw, kv_tile=128)
 
 
@@ -347,12 +348,12 @@ def test_default_kv_tile():
     need_dim(128)
     args, kw = make_case(Sq=150, Sk=389, seed=5)
     name = kernel_of(*args, device=DEV, kv_tile=0, **kw)
-    tile = 128 if name.endswith("_kv128") else 64
+    tile = kernel_kv_tile(name)
     o0, l0 = call(*args, device=DEV, kv_tile=0, **kw)
     ot, lt = call(*args, device=DEV, kv_tile=tile, **kw)
     assert torch.equal(o0.view(torch.uint8), ot.view(torch.uint8)) and torch.equal(l0, lt)
     dargs, dkw = make_case(layout="paged", Sq=1, Sk=517, seed=6)
-    assert not kernel_of(*dargs, device=DEV, kv_tile=0, **dkw).endswith("_kv128")
+    assert kernel_kv_tile(kernel_of(*dargs, device=DEV, kv_tile=0, **dkw)) == 64
 
 
 # ---- rejected configurations ------------------------------------------------------------------
