@@ -139,6 +139,7 @@ FP8ATTN_DEVICE void wgmma_wait() {
 // Operand lists: "%0, ..., %(N-1)" and the matching "+f" accumulator constraints.
 #define FP8ATTN_R10(p) "%" #p "0, %" #p "1, %" #p "2, %" #p "3, %" #p "4, %" #p "5, %" #p "6, %" #p "7, %" #p "8, %" #p "9"
 #define FP8ATTN_R0_9 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9"
+#define FP8ATTN_REGS4 "%0, %1, %2, %3"
 #define FP8ATTN_REGS32 FP8ATTN_R0_9 ", " FP8ATTN_R10(1) ", " FP8ATTN_R10(2) ", %30, %31"
 #define FP8ATTN_REGS64 \
   FP8ATTN_R0_9 ", " FP8ATTN_R10(1) ", " FP8ATTN_R10(2) ", " FP8ATTN_R10(3) ", " FP8ATTN_R10(4) ", " FP8ATTN_R10(5) ", %60, %61, %62, %63"
@@ -146,106 +147,76 @@ FP8ATTN_DEVICE void wgmma_wait() {
   FP8ATTN_R0_9 ", " FP8ATTN_R10(1) ", " FP8ATTN_R10(2) ", " FP8ATTN_R10(3) ", " FP8ATTN_R10(4) ", " FP8ATTN_R10(5) \
                ", " FP8ATTN_R10(6) ", " FP8ATTN_R10(7) ", " FP8ATTN_R10(8) ", " FP8ATTN_R10(9) ", " FP8ATTN_R10(10) \
                ", " FP8ATTN_R10(11) ", %120, %121, %122, %123, %124, %125, %126, %127"
+#define FP8ATTN_F4(d) "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
 #define FP8ATTN_F8(d, i)                                                                                    \
   "+f"(d[(i) + 0]), "+f"(d[(i) + 1]), "+f"(d[(i) + 2]), "+f"(d[(i) + 3]), "+f"(d[(i) + 4]), "+f"(d[(i) + 5]), \
       "+f"(d[(i) + 6]), "+f"(d[(i) + 7])
+#define FP8ATTN_F32(d, i) FP8ATTN_F8(d, i), FP8ATTN_F8(d, (i) + 8), FP8ATTN_F8(d, (i) + 16), FP8ATTN_F8(d, (i) + 24)
+#define FP8ATTN_F64(d, i) FP8ATTN_F32(d, i), FP8ATTN_F32(d, (i) + 32)
+#define FP8ATTN_F128(d, i) FP8ATTN_F64(d, i), FP8ATTN_F64(d, (i) + 64)
 // Output-only accumulators (scale-d = 0): the registers are not inputs, so CUDA-core code may
 // overwrite them while other wgmmas are in flight without ptxas serializing anything.
+#define FP8ATTN_O4(d) "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
 #define FP8ATTN_O8(d, i)                                                                                    \
   "=f"(d[(i) + 0]), "=f"(d[(i) + 1]), "=f"(d[(i) + 2]), "=f"(d[(i) + 3]), "=f"(d[(i) + 4]), "=f"(d[(i) + 5]), \
       "=f"(d[(i) + 6]), "=f"(d[(i) + 7])
 #define FP8ATTN_O32(d, i) FP8ATTN_O8(d, i), FP8ATTN_O8(d, (i) + 8), FP8ATTN_O8(d, (i) + 16), FP8ATTN_O8(d, (i) + 24)
-#define FP8ATTN_O64(d) FP8ATTN_O32(d, 0), FP8ATTN_O32(d, 32)
-#define FP8ATTN_F32(d, i) FP8ATTN_F8(d, i), FP8ATTN_F8(d, (i) + 8), FP8ATTN_F8(d, (i) + 16), FP8ATTN_F8(d, (i) + 24)
-#define FP8ATTN_F64(d, i) FP8ATTN_F32(d, i), FP8ATTN_F32(d, (i) + 32)
-#define FP8ATTN_F128(d) FP8ATTN_F64(d, 0), FP8ATTN_F64(d, 64)
+#define FP8ATTN_O64(d, i) FP8ATTN_O32(d, i), FP8ATTN_O32(d, (i) + 32)
+#define FP8ATTN_O128(d, i) FP8ATTN_O64(d, i), FP8ATTN_O64(d, (i) + 64)
 
 // d(64 x N) (+)= A(64 x 32) . B(N x 32)^T, e4m3 operands, fp32 accumulators; accumulate = 0 overwrites d.
+// ss: A and B from shared memory (descriptors); rs: A from registers (the m64k32 fragment, 4 words).
+// *_first: d = A . B^T, d only written. One definition per shape N (R = N / 2 accumulators per
+// thread); o0..o5 are the operand numbers after the accumulators (R, R + 1, ...), as tokens.
 template <int N>
 struct Wgmma;
 
-template <>
-struct Wgmma<8> {
-  // d = A . B^T (d is overwritten, not read)
-  FP8ATTN_DEVICE static void rs_first(float (&d)[4], const uint32_t a[4], uint64_t b) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %9, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n8k32.f32.e4m3.e4m3 {%0, %1, %2, %3}, {%4, %5, %6, %7}, %8, p, 1, 1;\n}\n"
-        : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(0));
-  }
-  FP8ATTN_DEVICE static void rs(float (&d)[4], const uint32_t a[4], uint64_t b, int accumulate) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %9, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n8k32.f32.e4m3.e4m3 {%0, %1, %2, %3}, {%4, %5, %6, %7}, %8, p, 1, 1;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(accumulate));
-  }
-};
+#define FP8ATTN_WGMMA_SHAPE(N, R, REGS, O, F, o0, o1, o2, o3, o4, o5)                                          \
+  template <>                                                                                                \
+  struct Wgmma<N> {                                                                                          \
+    FP8ATTN_DEVICE static void ss_first(float (&d)[R], uint64_t a, uint64_t b) {                             \
+      asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" #o2 ", 0;\n"                                         \
+                   "wgmma.mma_async.sync.aligned.m64n" #N "k32.f32.e4m3.e4m3 {" REGS "}, %" #o0 ", %" #o1      \
+                   ", p, 1, 1;\n}\n"                                                                         \
+                   : O(d, 0)                                                                                 \
+                   : "l"(a), "l"(b), "r"(0));                                                                \
+    }                                                                                                        \
+    FP8ATTN_DEVICE static void ss(float (&d)[R], uint64_t a, uint64_t b, int accumulate) {                   \
+      asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" #o2 ", 0;\n"                                         \
+                   "wgmma.mma_async.sync.aligned.m64n" #N "k32.f32.e4m3.e4m3 {" REGS "}, %" #o0 ", %" #o1      \
+                   ", p, 1, 1;\n}\n"                                                                         \
+                   : F(d, 0)                                                                                 \
+                   : "l"(a), "l"(b), "r"(accumulate));                                                       \
+    }                                                                                                        \
+    FP8ATTN_DEVICE static void rs_first(float (&d)[R], const uint32_t a[4], uint64_t b) {                    \
+      asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" #o5 ", 0;\n"                                         \
+                   "wgmma.mma_async.sync.aligned.m64n" #N "k32.f32.e4m3.e4m3 {" REGS "}, {%" #o0 ", %" #o1     \
+                   ", %" #o2 ", %" #o3 "}, %" #o4 ", p, 1, 1;\n}\n"                                          \
+                   : O(d, 0)                                                                                 \
+                   : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(0));                            \
+    }                                                                                                        \
+    FP8ATTN_DEVICE static void rs(float (&d)[R], const uint32_t a[4], uint64_t b, int accumulate) {          \
+      asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" #o5 ", 0;\n"                                         \
+                   "wgmma.mma_async.sync.aligned.m64n" #N "k32.f32.e4m3.e4m3 {" REGS "}, {%" #o0 ", %" #o1     \
+                   ", %" #o2 ", %" #o3 "}, %" #o4 ", p, 1, 1;\n}\n"                                          \
+                   : F(d, 0)                                                                                 \
+                   : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(accumulate));                   \
+    }                                                                                                        \
+  };
+#define FP8ATTN_O4_(d, i) FP8ATTN_O4(d)
+#define FP8ATTN_F4_(d, i) FP8ATTN_F4(d)
+FP8ATTN_WGMMA_SHAPE(8, 4, FP8ATTN_REGS4, FP8ATTN_O4_, FP8ATTN_F4_, 4, 5, 6, 7, 8, 9)
+FP8ATTN_WGMMA_SHAPE(64, 32, FP8ATTN_REGS32, FP8ATTN_O32, FP8ATTN_F32, 32, 33, 34, 35, 36, 37)
+FP8ATTN_WGMMA_SHAPE(128, 64, FP8ATTN_REGS64, FP8ATTN_O64, FP8ATTN_F64, 64, 65, 66, 67, 68, 69)
+FP8ATTN_WGMMA_SHAPE(256, 128, FP8ATTN_REGS128, FP8ATTN_O128, FP8ATTN_F128, 128, 129, 130, 131, 132, 133)
 
-template <>
-struct Wgmma<64> {
-  // d = A . B^T (d is overwritten, not read)
-  FP8ATTN_DEVICE static void ss_first(float (&d)[32], uint64_t a, uint64_t b) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 {" FP8ATTN_REGS32 "}, %32, %33, p, 1, 1;\n}\n"
-        : FP8ATTN_O32(d, 0)
-        : "l"(a), "l"(b), "r"(0));
-  }
-  FP8ATTN_DEVICE static void ss(float (&d)[32], uint64_t a, uint64_t b, int accumulate) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 {" FP8ATTN_REGS32 "}, %32, %33, p, 1, 1;\n}\n"
-        : FP8ATTN_F32(d, 0)
-        : "l"(a), "l"(b), "r"(accumulate));
-  }
-  FP8ATTN_DEVICE static void rs(float (&d)[32], const uint32_t a[4], uint64_t b, int accumulate) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 {" FP8ATTN_REGS32 "}, {%32, %33, %34, %35}, %36, p, 1, 1;\n}\n"
-        : FP8ATTN_F32(d, 0)
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(accumulate));
-  }
-};
-
-template <>
-struct Wgmma<128> {
-  FP8ATTN_DEVICE static void ss_first(float (&d)[64], uint64_t a, uint64_t b) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 {" FP8ATTN_REGS64 "}, %64, %65, p, 1, 1;\n}\n"
-        : FP8ATTN_O64(d)
-        : "l"(a), "l"(b), "r"(0));
-  }
-  FP8ATTN_DEVICE static void ss(float (&d)[64], uint64_t a, uint64_t b, int accumulate) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 {" FP8ATTN_REGS64 "}, %64, %65, p, 1, 1;\n}\n"
-        : FP8ATTN_F64(d, 0)
-        : "l"(a), "l"(b), "r"(accumulate));
-  }
-  FP8ATTN_DEVICE static void rs(float (&d)[64], const uint32_t a[4], uint64_t b, int accumulate) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 {" FP8ATTN_REGS64 "}, {%64, %65, %66, %67}, %68, p, 1, 1;\n}\n"
-        : FP8ATTN_F64(d, 0)
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(accumulate));
-  }
-};
-
-template <>
-struct Wgmma<256> {
-  FP8ATTN_DEVICE static void rs(float (&d)[128], const uint32_t a[4], uint64_t b, int accumulate) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %133, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n256k32.f32.e4m3.e4m3 {" FP8ATTN_REGS128
-        "}, {%128, %129, %130, %131}, %132, p, 1, 1;\n}\n"
-        : FP8ATTN_F128(d)
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(accumulate));
-  }
-};
-
+#undef FP8ATTN_WGMMA_SHAPE
+#undef FP8ATTN_O4_
+#undef FP8ATTN_F4_
+#undef FP8ATTN_REGS4
+#undef FP8ATTN_F4
+#undef FP8ATTN_O4
+#undef FP8ATTN_O128
 #undef FP8ATTN_R10
 #undef FP8ATTN_R0_9
 #undef FP8ATTN_REGS32
