@@ -26,8 +26,9 @@ enum TraceEvent : int {
   kTraceConsumerItem = 10,       // a work item starts
   kTraceConsumerQ = 11,          // q_full passed
   kTraceConsumerFirstK = 12,     // the first tile's k_full passed
-  kTraceConsumerStepWait = 13,   // a KV step waits for its tiles ...
-  kTraceConsumerStepGo = 16,     // ... and has them
+  kTraceConsumerStepWait = 13,   // a KV step waits for its tiles: the next K, ...
+  kTraceConsumerStepK = 26,      // ... has it, waits for this tile's V ...
+  kTraceConsumerStepGo = 16,     // ... and has it
   kTraceConsumerStepDone = 17,   // its P.V retired (issue, S, softmax, P.V wait)
   kTraceConsumerLoopDone = 14,   // the item's last P.V retired
   kTraceConsumerStored = 15,     // the epilogue is done

@@ -442,6 +442,7 @@ struct FwdPipelineNvWgmma {
           // between wgmma.fence and the last wgmma makes ptxas serialize every wgmma (C7519/C7513).
           FP8ATTN_TRACE(kTraceConsumerStepWait);
           nv::mbar_wait(&bars->k_full[nslot], nphase);
+          FP8ATTN_TRACE(kTraceConsumerStepK);
           nv::mbar_wait(&bars->v_full[slot], phase);
           FP8ATTN_TRACE(kTraceConsumerStepGo);
           nv::fence_operands(acc);
