@@ -9,7 +9,8 @@ publication of the next K waits for the previous tile's release, so the "k first
 the next K, then release the previous tile) deadlocks: it hung on the H200 (docs/h200-logs/40-*),
 and the model finds that. A consumer order is (first, step, last): the ops of an item's first tile,
 of each step on tile g (S of g + 1 issued with P.V of g), and of its last tile, as (op, tile offset)
-with op one of wait_k, wait_v, release (K and Vt), release_k, release_v."""
+with op one of wait_k, wait_v, release (K and Vt), release_k, release_v; each item also waits for its
+Q and releases it after its epilogue (the producer's order of Q and drain: q_before_drain)."""
 
 import pytest
 
@@ -45,24 +46,28 @@ ORDERS = {
 def program(order, items: list[int]) -> list[tuple[str, int]]:
     first, step, last = order
     prog, start = [], 0
-    for n in items:
+    for j, n in enumerate(items):
         end = start + n - 1
-        ops = [(op, start + off) for op, off in first]
+        ops = [("wait_q", j)] + [(op, start + off) for op, off in first]
         for g in range(start, end):
             ops += [(op, g + off) for op, off in step]
         ops += [(op, end + off) for op, off in last]
         # releases of tiles before the item's first were done by the previous item
         prog += [(op, t) for op, t in ops if not (op.startswith("release") and t < start)]
+        prog.append(("release_q", j))  # after the epilogue
         start += n
     return prog
 
 
-def run(order, stages: int, items: list[int]) -> bool:
-    """True if every tile of every item is consumed; False on a deadlock."""
+def run(order, stages: int, items: list[int], q_before_drain: bool = False, q_buffers: int = 2) -> bool:
+    """True if every tile of every item is consumed; False on a deadlock. The producer publishes
+    item j's Q once the consumers released item j - q_buffers's, after draining the previous item's
+    tiles, or (q_before_drain) waits for that release before the drain."""
     total = sum(items)
     ends = [sum(items[: i + 1]) for i in range(len(items))]
-    rel_k = rel_v = -1  # highest tile whose K / Vt the consumers released
-    pub_k = pub_v = -1  # highest tile published (k_full / v_full)
+    starts = [0] + ends[:-1]
+    rel_k = rel_v = rel_q = -1  # highest tile whose K / Vt, highest item whose Q the consumers released
+    pub_k = pub_v = pub_q = -1  # highest tile published (k_full / v_full), item whose Q is (q_full)
     issued = 0
     prog, pc = program(order, items), 0
 
@@ -78,19 +83,34 @@ def run(order, stages: int, items: list[int]) -> bool:
     while True:
         progress = False
         while True:  # producer
-            draining = issued in ends  # an item's tiles all issued: the next item starts with a drain
-            if pub_v + 1 < issued and (draining or issued - (pub_v + 1) >= stages - 1):
+            j = pub_q + 1  # the next item to start
+            starting = j < len(items) and issued == starts[j]
+            if starting or issued == total:  # item start (or the kernel's end): drain, Q
+                q_free = j < q_buffers or rel_q >= j - q_buffers
+                if starting and q_before_drain and not q_free:
+                    break
+                if pub_v + 1 < issued:
+                    if not finalize():
+                        break
+                    progress = True
+                    continue
+                if not starting or not q_free:
+                    break
+                pub_q = j
+                progress = True
+                continue
+            if pub_v + 1 < issued and issued - (pub_v + 1) >= stages - 1:
                 if not finalize():
                     break
                 progress = True
                 continue
-            if issued == total or (issued >= stages and rel_k < issued - stages):
+            if issued >= stages and rel_k < issued - stages:
                 break
             issued += 1
             progress = True
         while pc < len(prog):  # consumer
             op, t = prog[pc]
-            if (op == "wait_k" and t > pub_k) or (op == "wait_v" and t > pub_v):
+            if (op == "wait_k" and t > pub_k) or (op == "wait_v" and t > pub_v) or (op == "wait_q" and t > pub_q):
                 break
             if op in ("release", "release_k"):
                 assert t == rel_k + 1, "K slots are released in order"
@@ -98,9 +118,11 @@ def run(order, stages: int, items: list[int]) -> bool:
             if op in ("release", "release_v"):
                 assert t == rel_v + 1, "Vt slots are released in order"
                 rel_v = t
+            if op == "release_q":
+                rel_q = t
             pc += 1
             progress = True
-        if pc == len(prog) and issued == total:
+        if pc == len(prog) and issued == total and pub_v == total - 1:
             return True
         if not progress:
             return False
@@ -109,8 +131,15 @@ def run(order, stages: int, items: list[int]) -> bool:
 @pytest.mark.parametrize("stages", [3, 4])
 @pytest.mark.parametrize("items", [[1], [2], [9], [3, 1, 7], [16, 16]])
 @pytest.mark.parametrize("order", ["joint", "joint rotated", "split rotated", "split k first"])
-def test_kernel_orders_complete(order: str, stages: int, items: list[int]) -> None:
-    assert run(ORDERS[order], stages, items)
+@pytest.mark.parametrize("q_before_drain", [False, True])
+def test_kernel_orders_complete(order: str, stages: int, items: list[int], q_before_drain: bool) -> None:
+    assert run(ORDERS[order], stages, items, q_before_drain)
+
+
+def test_one_q_buffer_before_the_drain_deadlocks() -> None:
+    """Why the Q of the next item may be loaded before the drain only with two Q buffers."""
+    assert run(ORDERS["joint"], 3, [2, 2], q_buffers=1)
+    assert not run(ORDERS["joint"], 3, [2, 2], q_before_drain=True, q_buffers=1)
 
 
 def test_joint_k_first_deadlocks() -> None:
