@@ -91,11 +91,13 @@ struct MmaF16 {
   FP8ATTN_DEVICE static void mma(float c[4], const uint32_t a[4], const uint32_t b[2]) { mma_f16_16816(c, a, b); }
 };
 
-FP8ATTN_DEVICE void ldmatrix_x4_trans(uint32_t r[4], const void* smem_row) {
+// (row: the lane's row as a shared-window address)
+FP8ATTN_DEVICE void ldmatrix_x4_trans(uint32_t r[4], uint32_t row) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_addr(smem_row)));
+               : "r"(row));
 }
+FP8ATTN_DEVICE void ldmatrix_x4_trans(uint32_t r[4], const void* smem_row) { ldmatrix_x4_trans(r, smem_addr(smem_row)); }
 
 template <Fp8Kind K>
 struct MmaFp8 {

@@ -98,13 +98,6 @@ FP8ATTN_DEVICE void stmatrix_x4(uint32_t row, const uint32_t (&r)[4]) {
                "r"(r[2]), "r"(r[3])
                : "memory");
 }
-// ldmatrix_x4_trans (nv_mma.h) at a shared-window address.
-FP8ATTN_DEVICE void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t row) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(row)
-               : "memory");
-}
 
 template <int kRegs>
 FP8ATTN_DEVICE void regs_dealloc() {

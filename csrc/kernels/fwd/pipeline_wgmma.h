@@ -7,8 +7,8 @@
 // that buffer), then per KV tile g (slot g % kStages): wait until the consumers released the
 // slot, cp.async K -> K[slot] (swizzled) and V -> Vraw[slot]. kStages - 2 tiles later (and at item
 // boundaries) it finalizes tile g: when its copies have landed, fence.proxy.async and arrive
-// k_full; then (named barrier: every producer's part landed) transpose Vraw -> Vt in registers
-// (4x4 byte blocks), fence, arrive v_full.
+// k_full; then (named barrier: every producer's part landed) transpose Vraw -> Vt (ldmatrix .trans,
+// byte permutes, stmatrix), fence, arrive v_full.
 // Consumer warpgroup w (64 packed rows, 4 warps x 16), per tile: wait k_full; S = Q.K^T (m64nNk32,
 // N = kBlockN, Q and K from shared memory); logits, mask, online softmax, p8 = sat(p / p_scale) packed straight
 // into the A fragments of P.V; wait v_full; O += P8.Vt and l += P8.1 (P from registers); arrive
