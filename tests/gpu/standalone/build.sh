@@ -7,10 +7,12 @@ cd "$(dirname "$0")/../../.."
 out=${1:-build-standalone}
 mkdir -p "$out"
 NVCC=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
-# Each check also as NAME_trace: -DFP8ATTN_EVENT_TRACE records the kernels' trace events
+# Each check that records traces also as NAME_trace: -DFP8ATTN_EVENT_TRACE records the kernels' trace events
 # (csrc/kernels/trace.h, event_trace.h) and runs the trace mode instead of the check.
 for src in tests/gpu/standalone/*.cu; do
-  for mode in "" _trace; do
+  modes=""
+  grep -q event_trace.h "$src" && modes=_trace  # (only the checks that record traces)
+  for mode in "" $modes; do
     name=$(basename "$src" .cu)$mode
     "$NVCC" -std=c++17 -O3 -lineinfo -I csrc -gencode=arch=compute_90a,code=sm_90a -cudart static \
       ${mode:+-DFP8ATTN_EVENT_TRACE} -Xptxas -v "$src" -o "$out/$name" 2>"$out/$name.ptxas.log" ||
