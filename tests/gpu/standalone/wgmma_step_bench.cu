@@ -27,6 +27,9 @@ enum StepFlags : int {
   kOneWg = 8,      // only consumer warpgroup 0 runs (the other exits)
   kTurns = 16,     // ping-pong: issue in turns, the turn handed on right after the issue
   kLateHand = 32,  // with kTurns: handed on once S has landed
+  kOverlap = 64,   // a never-taken branch on the softmax's P8 codes before the P.V wait, so that
+                   // ptxas cannot move that wait above the softmax (the kernel's SASS waits first);
+                   // fits 64-key tiles at D 128 and D 64 (at 128 keys and D 128: C7512 and spills)
 };
 
 template <int kD, int kBN, int kFlags>
@@ -90,6 +93,12 @@ __global__ void __launch_bounds__(384, 1) step_bench(int steps, long long* cycle
     uint32_t pn[Pipe::kPWords];
     if (kFlags & kSoftmax) {
       Pipe::softmax(s, i, false, lo, hi, lg, pq, t, st, alpha, pn);
+      if constexpr ((kFlags & kOverlap) != 0) {
+        uint32_t all = 0;
+#pragma unroll
+        for (int k = 0; k < Pipe::kPWords; ++k) all |= pn[k];
+        if (all == 0xffffffffu) asm volatile("trap;");  // never: the codes of p >= 0 stay below 0x7f
+      }
     } else {
 #pragma unroll
       for (int k = 0; k < Pipe::kPWords; ++k) pn[k] = 0x30303030u;  // as the diag/no-softmax kernel build
@@ -169,7 +178,11 @@ int main(int argc, char** argv) {
   run<128, 128, kSoftmax>("softmax only", steps, sms);
   run<128, 128, kAll | kTurns>("ping-pong, hand on at issue", steps, sms);
   run<128, 128, kAll | kTurns | kLateHand>("ping-pong, hand on when S landed", steps, sms);
+  run<128, 64, kAll>("kernel's step", steps, sms);
+  run<128, 64, kAll | kOverlap>("softmax during P.V (forced)", steps, sms);
+  run<128, 64, kAll | kOverlap | kTurns>("forced overlap + ping-pong (FA3)", steps, sms);
   run<64, 128, kAll>("kernel's step", steps, sms);
+  run<64, 128, kAll | kOverlap>("softmax during P.V (forced)", steps, sms);
   run<64, 128, kS | kPV>("no softmax", steps, sms);
   run<256, 64, kAll>("kernel's step", steps, sms);
   run<256, 64, kS | kPV>("no softmax", steps, sms);
