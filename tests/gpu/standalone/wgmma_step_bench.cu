@@ -4,10 +4,14 @@
 // `steps` steps -- no global memory, no producer, no mbarriers. Parts are switched off one at a
 // time to measure the fixed cost per step that the part-removed kernel builds found
 // (docs/h200-logs/44-*: without any softmax the kernel still takes twice its tensor time per step).
-// Operands are constant FP8 codes: the results are not checked, only the time.
+// Operands are constant FP8 codes (or random ones, kRandom): the results are not checked, only
+// the time. With kProducer the producer warpgroup does its kernel work as well -- cp.async of each
+// tile's K and V from an L2-resident buffer, the V transpose -- paced by the consumers' slot
+// releases; with kWaitFull the consumers also wait for the tiles (the kernel's whole protocol).
 //   wgmma_step_bench [STEPS]     (build: tests/gpu/standalone/build.sh)
 #include <cstdio>
 #include <cstdlib>
+#include <type_traits>
 #include <vector>
 
 #include "cuda_check.h"
@@ -30,10 +34,63 @@ enum StepFlags : int {
   kOverlap = 64,   // a never-taken branch on the softmax's P8 codes before the P.V wait, so that
                    // ptxas cannot move that wait above the softmax (the kernel's SASS waits first);
                    // fits 64-key tiles at D 128 and D 64 (at 128 keys and D 128: C7512 and spills)
+  kRandom = 128,     // random operand codes (S varies: real max updates, rescales, tensor-core power)
+  kProducer = 256,   // the producer copies and transposes a tile per step (see above)
+  kWaitFull = 512,   // with kProducer: consumers wait k_full / v_full as in the kernel
+  kLockstep = 1024,  // both consumer warpgroups meet at a named barrier every step
 };
 
+// FP8 e4m3 code from a hash: sign and magnitude 2^-3 .. 2^0 (finite sums, no NaN / Inf).
+__host__ __device__ inline uint8_t random_code(uint32_t i) {
+  i ^= i >> 16;
+  i *= 0x7feb352du;
+  i ^= i >> 15;
+  i *= 0x846ca68bu;
+  i ^= i >> 16;
+  return static_cast<uint8_t>((i & 0x80u) | (0x20u + (i & 0x1fu)));
+}
+
+// The producer's per-tile work of the kernel (copies, then kStages - 2 tiles later the landing,
+// the V transpose and the full barriers), over tiles of an L2-resident [2 heads][K / V][8192][kD]
+// buffer, paced by the consumers' slot releases.
+template <class Pipe, class Policy>
+__device__ void produce(int steps, const uint8_t* kv, uint8_t* smem, typename Pipe::Barriers* bars) {
+  constexpr int kD = Policy::kD, kBN = Policy::kBlockN, kStages = Policy::kStages;
+  const int tid = threadIdx.x;
+  typename Pipe::Producer prod(tid, smem);
+  const uint8_t* head = kv + static_cast<size_t>(blockIdx.x % 2) * 2 * 8192 * kD;
+  const int ch = tid % Policy::kChunks, row0 = tid / Policy::kChunks;
+  int fz = 0;
+  const auto finalize = [&](auto pending) {
+    nv::cp_async_wait<decltype(pending)::value>();
+    nv::fence_proxy_async();
+    nv::mbar_arrive(&bars->k_full[fz % kStages]);
+    nv::named_barrier_sync(1, 128);
+    prod.transpose_v(fz % kStages);
+    nv::fence_proxy_async();
+    nv::mbar_arrive(&bars->v_full[fz % kStages]);
+    ++fz;
+  };
+#pragma unroll 1
+  for (int g = 0; g < steps; ++g) {
+    if (g - fz >= kStages - 1) finalize(std::integral_constant<int, kStages - 2>{});
+    const int s = g % kStages;
+    if (g >= kStages) nv::mbar_wait(&bars->empty[s], ((g / kStages) - 1) & 1);
+    const int tile = g % (8192 / kBN);
+#pragma unroll
+    for (int k = 0; k < Pipe::kLoadRows; ++k) {
+      const int r = row0 + k * Pipe::Producer::kRowStep;
+      const size_t off = static_cast<size_t>(tile * kBN + r) * kD + 16 * ch;
+      nv::cp_async_16(Pipe::k_buf(smem, s) + Policy::QK::offset(kBN, r, 16 * ch), head + off, true);
+      nv::cp_async_16(Pipe::vraw_buf(smem, s) + Pipe::vraw_offset(r, ch), head + 8192 * kD + off, true);
+    }
+    nv::cp_async_commit();
+  }
+  while (fz < steps) finalize(std::integral_constant<int, 0>{});
+}
+
 template <int kD, int kBN, int kFlags>
-__global__ void __launch_bounds__(384, 1) step_bench(int steps, long long* cycles, float* sink) {
+__global__ void __launch_bounds__(384, 1) step_bench(int steps, const uint8_t* kv, long long* cycles, float* sink) {
 #if FP8ATTN_NV_WGMMA
   using Problem = FwdProblem<kD, Fp8Kind::E4M3FN, MaskKind::kNone>;
   using Policy = FwdPolicyNvWgmma<Problem, kBN>;
@@ -42,15 +99,16 @@ __global__ void __launch_bounds__(384, 1) step_bench(int steps, long long* cycle
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   uint8_t* smem = smem_raw + ((1024 - nv::smem_addr(smem_raw) % 1024) % 1024);
   auto* bars = reinterpret_cast<typename Pipe::Barriers*>(smem + Policy::kOffBar);
-  // FP8 0.5 (e4m3 0x30) in every operand byte: finite products, no NaN / Inf paths.
-  for (int i = threadIdx.x; i < Policy::kOffOnes / 16; i += blockDim.x)
-    reinterpret_cast<uint4*>(smem)[i] = make_uint4(0x30303030u, 0x30303030u, 0x30303030u, 0x30303030u);
-  Pipe::init(smem, bars);  // the ones tile (and barriers, unused)
+  // FP8 0.5 (e4m3 0x30) in every operand byte, or random codes: finite products, no NaN / Inf paths.
+  for (int i = threadIdx.x; i < Policy::kOffOnes; i += blockDim.x)
+    smem[i] = (kFlags & kRandom) ? random_code(i * 131u + blockIdx.x) : 0x30;
+  Pipe::init(smem, bars);  // the ones tile and the barriers
   nv::fence_proxy_async();
   __syncthreads();
   const int wg = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x / 128), 0);
-  if (wg == 0) {  // the producer warpgroup only gives its registers away, as in the kernel
+  if (wg == 0) {  // the producer warpgroup gives its registers away, as in the kernel
     nv::regs_dealloc<Policy::kProducerRegs>();
+    if (kFlags & kProducer) produce<Pipe, Policy>(steps, kv, smem, bars);
     return;
   }
   nv::regs_alloc<Policy::kConsumerRegs>();
@@ -72,7 +130,9 @@ __global__ void __launch_bounds__(384, 1) step_bench(int steps, long long* cycle
   float s[Pipe::kSElems], lt[4] = {0.f, 0.f, 0.f, 0.f}, alpha[2];
   uint32_t pa[Pipe::kPWords];
 #pragma unroll
-  for (int i = 0; i < Pipe::kPWords; ++i) pa[i] = 0x30303030u;
+  for (int i = 0; i < Pipe::kPWords; ++i)
+    pa[i] = (kFlags & kRandom) ? 0x01010101u * (random_code(threadIdx.x * 7u + i) & 0x3fu) : 0x30303030u;
+  float keep = 0.f;  // S read after its wait: ptxas removes wgmmas whose results nobody reads
 #pragma unroll
   for (int i = 0; i < Pipe::kSElems; ++i) s[i] = 0.f;
 
@@ -81,11 +141,17 @@ __global__ void __launch_bounds__(384, 1) step_bench(int steps, long long* cycle
 #pragma unroll 1
   for (int i = 0; i < steps; ++i) {
     if (kFlags & kTurns) take_turn();
+    if (kFlags & kLockstep) nv::named_barrier_sync(3, 256);
+    const int slot = i % Policy::kStages;
+    if (kFlags & kWaitFull) {
+      nv::mbar_wait(&bars->k_full[slot], (i / Policy::kStages) & 1);
+      nv::mbar_wait(&bars->v_full[slot], (i / Policy::kStages) & 1);
+    }
     nv::fence_operands(acc);
     nv::fence_operands(pa);
     nv::wgmma_fence();
-    if (kFlags & kS) cons.issue_qk(s, dq, 0);
-    if (kFlags & kPV) cons.issue_pv(acc, lt, pa, 0);
+    if (kFlags & kS) cons.issue_qk(s, dq, (kFlags & kProducer) ? slot : 0);
+    if (kFlags & kPV) cons.issue_pv(acc, lt, pa, (kFlags & kProducer) ? slot : 0);
     if ((kFlags & kTurns) && !(kFlags & kLateHand)) hand_turn();
     nv::fence_operands(acc);
     if (kFlags & kS) nv::wgmma_wait<(kFlags & kPV) ? 1 : 0>();
@@ -107,6 +173,8 @@ __global__ void __launch_bounds__(384, 1) step_bench(int steps, long long* cycle
     nv::fence_operands(pn);
     nv::wgmma_wait<0>();
     nv::fence_operands(pa);
+    if (kFlags & kProducer) nv::mbar_arrive(&bars->empty[slot]);
+    if ((kFlags & kS) && !(kFlags & kSoftmax)) keep += s[0];
     st.l[0] += lt[0];
     st.l[1] += lt[2];
     if (kFlags & kSoftmax) Pipe::rescale(alpha, st);
@@ -115,7 +183,7 @@ __global__ void __launch_bounds__(384, 1) step_bench(int steps, long long* cycle
   }
   const long long t1 = clock64();
   if ((kFlags & kTurns) && w == 0) take_turn();  // the turn handed over at the start
-  float sum = st.l[0] + st.l[1];
+  float sum = st.l[0] + st.l[1] + keep;
 #pragma unroll
   for (int n = 0; n < kD / 2; ++n) sum += acc[n];
   if (sum == 1.2345f) sink[threadIdx.x] = sum;  // keeps the results (never true in practice)
@@ -132,15 +200,21 @@ void run(const char* name, int steps, int sms) {
                           Policy::kSmemBytes));
   long long* d_cycles;
   float* d_sink;
+  uint8_t* d_kv;
+  const size_t kv_bytes = size_t{2} * 2 * 8192 * kD;
+  std::vector<uint8_t> h_kv(kv_bytes);
+  for (size_t i = 0; i < kv_bytes; ++i) h_kv[i] = (kFlags & kRandom) ? random_code(static_cast<uint32_t>(i)) : 0x30;
+  CK(cudaMalloc(&d_kv, kv_bytes));
+  CK(cudaMemcpy(d_kv, h_kv.data(), kv_bytes, cudaMemcpyHostToDevice));
   CK(cudaMalloc(&d_cycles, sizeof(long long) * 2 * sms));
   CK(cudaMalloc(&d_sink, sizeof(float) * 384));
   CK(cudaMemset(d_cycles, 0, sizeof(long long) * 2 * sms));
   cudaEvent_t a, z;
   CK(cudaEventCreate(&a));
   CK(cudaEventCreate(&z));
-  kernel<<<sms, 384, Policy::kSmemBytes>>>(steps / 8, d_cycles, d_sink);  // warm-up (clocks)
+  kernel<<<sms, 384, Policy::kSmemBytes>>>(steps / 8, d_kv, d_cycles, d_sink);  // warm-up (clocks)
   CK(cudaEventRecord(a));
-  kernel<<<sms, 384, Policy::kSmemBytes>>>(steps, d_cycles, d_sink);
+  kernel<<<sms, 384, Policy::kSmemBytes>>>(steps, d_kv, d_cycles, d_sink);
   CK(cudaEventRecord(z));
   CK(cudaEventSynchronize(z));
   CK(cudaGetLastError());
@@ -155,10 +229,12 @@ void run(const char* name, int steps, int sms) {
   // "Attention TFLOP/s": both warpgroups' S and P.V counted per step whatever the flags, so the
   // figure compares with the kernel rows of docs/h200-logs/44-* (4 . 64 rows . kBN . kD per warpgroup).
   const double flops = 2.0 * 4.0 * 64 * kBN * kD * steps * sms;
-  std::printf("%-34s D %3d kv %3d: %7.0f cycles / step (%d warpgroups), %6.1f ns / step, %6.0f TFLOP/s eq.\n", name,
-              kD, kBN, n ? sum / n / steps : 0.0, n / sms, ms * 1e6 / steps, flops / (ms * 1e-3) / 1e12);
+  const double cps = n ? sum / n / steps : 0.0;
+  std::printf("%-44s D %3d kv %3d: %5.0f cycles / step (%d wg), %6.1f ns / step, %4.0f MHz, %5.0f TFLOP/s eq.\n",
+              name, kD, kBN, cps, n / sms, ms * 1e6 / steps, cps * steps / (ms * 1e3), flops / (ms * 1e-3) / 1e12);
   CK(cudaFree(d_cycles));
   CK(cudaFree(d_sink));
+  CK(cudaFree(d_kv));
 }
 
 int main(int argc, char** argv) {
@@ -167,24 +243,29 @@ int main(int argc, char** argv) {
   CK(cudaGetDeviceProperties(&prop, 0));
   const int sms = prop.multiProcessorCount;
   std::printf("%s, %d SMs, %d steps per warpgroup\n", prop.name, sms, steps);
-  constexpr int kAll = kS | kPV | kSoftmax;
+  constexpr int kAll = kS | kPV | kSoftmax, kR = kRandom, kBox = kProducer | kWaitFull;
   run<128, 128, kAll>("kernel's step", steps, sms);
-  run<128, 128, kS | kPV>("no softmax", steps, sms);
-  run<128, 128, kS>("S only", steps, sms);
-  run<128, 128, kPV>("P.V + row sums only", steps, sms);
-  run<128, 128, kAll | kOneWg>("kernel's step, one warpgroup", steps, sms);
-  run<128, 128, kS | kPV | kOneWg>("no softmax, one warpgroup", steps, sms);
-  run<128, 128, kSoftmax | kOneWg>("softmax only, one warpgroup", steps, sms);
-  run<128, 128, kSoftmax>("softmax only", steps, sms);
-  run<128, 128, kAll | kTurns>("ping-pong, hand on at issue", steps, sms);
-  run<128, 128, kAll | kTurns | kLateHand>("ping-pong, hand on when S landed", steps, sms);
-  run<128, 64, kAll>("kernel's step", steps, sms);
-  run<128, 64, kAll | kOverlap>("softmax during P.V (forced)", steps, sms);
-  run<128, 64, kAll | kOverlap | kTurns>("forced overlap + ping-pong (FA3)", steps, sms);
-  run<64, 128, kAll>("kernel's step", steps, sms);
-  run<64, 128, kAll | kOverlap>("softmax during P.V (forced)", steps, sms);
-  run<64, 128, kS | kPV>("no softmax", steps, sms);
-  run<256, 64, kAll>("kernel's step", steps, sms);
-  run<256, 64, kS | kPV>("no softmax", steps, sms);
+  run<128, 128, kAll | kR>("kernel's step, random", steps, sms);
+  run<128, 128, kS | kPV | kR>("no softmax, random", steps, sms);
+  run<128, 128, kS | kR>("S only, random", steps, sms);
+  run<128, 128, kPV | kR>("P.V + row sums only, random", steps, sms);
+  run<128, 128, kAll | kR | kOneWg>("kernel's step, one wg, random", steps, sms);
+  run<128, 128, kS | kPV | kR | kOneWg>("no softmax, one wg, random", steps, sms);
+  run<128, 128, kAll | kR | kLockstep>("lockstep, random", steps, sms);
+  run<128, 128, kAll | kR | kProducer>("+ producer (no tile waits), random", steps, sms);
+  run<128, 128, kAll | kR | kBox>("+ producer and tile waits, random", steps, sms);
+  run<128, 128, kS | kPV | kR | kBox>("no softmax, producer, tile waits, random", steps, sms);
+  run<128, 128, kAll | kR | kTurns>("ping-pong, random", steps, sms);
+  run<128, 128, kAll | kR | kTurns | kBox>("ping-pong, producer, tile waits, random", steps, sms);
+  run<128, 64, kAll | kR>("kernel's step, random", steps, sms);
+  run<128, 64, kAll | kR | kBox>("+ producer and tile waits, random", steps, sms);
+  run<128, 64, kAll | kR | kOverlap>("softmax during P.V (forced), random", steps, sms);
+  run<128, 64, kAll | kR | kOverlap | kBox>("forced overlap, producer, waits, random", steps, sms);
+  run<64, 128, kAll | kR>("kernel's step, random", steps, sms);
+  run<64, 128, kAll | kR | kBox>("+ producer and tile waits, random", steps, sms);
+  run<64, 128, kS | kPV | kR>("no softmax, random", steps, sms);
+  run<256, 64, kAll | kR>("kernel's step, random", steps, sms);
+  run<256, 64, kAll | kR | kBox>("+ producer and tile waits, random", steps, sms);
+  run<256, 64, kS | kPV | kR>("no softmax, random", steps, sms);
   return 0;
 }
