@@ -38,6 +38,8 @@ enum StepFlags : int {
   kProducer = 256,   // the producer copies and transposes a tile per step (see above)
   kWaitFull = 512,   // with kProducer: consumers wait k_full / v_full as in the kernel
   kLockstep = 1024,  // both consumer warpgroups meet at a named barrier every step
+  kNoTranspose = 2048,  // with kProducer: V copied straight into Vt (as if pre-transposed in memory)
+  kNoCopy = 4096,       // with kProducer: no copies, only the transpose
 };
 
 // FP8 e4m3 code from a hash: sign and magnitude 2^-3 .. 2^0 (finite sums, no NaN / Inf).
@@ -53,7 +55,7 @@ __host__ __device__ inline uint8_t random_code(uint32_t i) {
 // The producer's per-tile work of the kernel (copies, then kStages - 2 tiles later the landing,
 // the V transpose and the full barriers), over tiles of an L2-resident [2 heads][K / V][8192][kD]
 // buffer, paced by the consumers' slot releases.
-template <class Pipe, class Policy>
+template <class Pipe, class Policy, int kFlags>
 __device__ void produce(int steps, const uint8_t* kv, uint8_t* smem, typename Pipe::Barriers* bars) {
   constexpr int kD = Policy::kD, kBN = Policy::kBlockN, kStages = Policy::kStages;
   const int tid = threadIdx.x;
@@ -66,7 +68,7 @@ __device__ void produce(int steps, const uint8_t* kv, uint8_t* smem, typename Pi
     nv::fence_proxy_async();
     nv::mbar_arrive(&bars->k_full[fz % kStages]);
     nv::named_barrier_sync(1, 128);
-    prod.transpose_v(fz % kStages);
+    if (!(kFlags & kNoTranspose)) prod.transpose_v(fz % kStages);
     nv::fence_proxy_async();
     nv::mbar_arrive(&bars->v_full[fz % kStages]);
     ++fz;
@@ -79,10 +81,14 @@ __device__ void produce(int steps, const uint8_t* kv, uint8_t* smem, typename Pi
     const int tile = g % (8192 / kBN);
 #pragma unroll
     for (int k = 0; k < Pipe::kLoadRows; ++k) {
+      if (kFlags & kNoCopy) break;
       const int r = row0 + k * Pipe::Producer::kRowStep;
       const size_t off = static_cast<size_t>(tile * kBN + r) * kD + 16 * ch;
       nv::cp_async_16(Pipe::k_buf(smem, s) + Policy::QK::offset(kBN, r, 16 * ch), head + off, true);
-      nv::cp_async_16(Pipe::vraw_buf(smem, s) + Pipe::vraw_offset(r, ch), head + 8192 * kD + off, true);
+      // (pre-transposed V: the same bytes straight into Vt, 16-byte chunks in the swizzled rows)
+      uint8_t* vdst = (kFlags & kNoTranspose) ? Pipe::vt_buf(smem, s) + (16 * (r * Policy::kChunks + ch)) % Policy::kVtBytes
+                                              : Pipe::vraw_buf(smem, s) + Pipe::vraw_offset(r, ch);
+      nv::cp_async_16(vdst, head + 8192 * kD + off, true);
     }
     nv::cp_async_commit();
   }
@@ -108,7 +114,7 @@ __global__ void __launch_bounds__(384, 1) step_bench(int steps, const uint8_t* k
   const int wg = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x / 128), 0);
   if (wg == 0) {  // the producer warpgroup gives its registers away, as in the kernel
     nv::regs_dealloc<Policy::kProducerRegs>();
-    if (kFlags & kProducer) produce<Pipe, Policy>(steps, kv, smem, bars);
+    if (kFlags & kProducer) produce<Pipe, Policy, kFlags>(steps, kv, smem, bars);
     return;
   }
   nv::regs_alloc<Policy::kConsumerRegs>();
@@ -244,28 +250,25 @@ int main(int argc, char** argv) {
   const int sms = prop.multiProcessorCount;
   std::printf("%s, %d SMs, %d steps per warpgroup\n", prop.name, sms, steps);
   constexpr int kAll = kS | kPV | kSoftmax, kR = kRandom, kBox = kProducer | kWaitFull;
-  run<128, 128, kAll>("kernel's step", steps, sms);
+  constexpr int kNT = kNoTranspose;
   run<128, 128, kAll | kR>("kernel's step, random", steps, sms);
-  run<128, 128, kS | kPV | kR>("no softmax, random", steps, sms);
-  run<128, 128, kS | kR>("S only, random", steps, sms);
-  run<128, 128, kPV | kR>("P.V + row sums only, random", steps, sms);
-  run<128, 128, kAll | kR | kOneWg>("kernel's step, one wg, random", steps, sms);
-  run<128, 128, kS | kPV | kR | kOneWg>("no softmax, one wg, random", steps, sms);
-  run<128, 128, kAll | kR | kLockstep>("lockstep, random", steps, sms);
-  run<128, 128, kAll | kR | kProducer>("+ producer (no tile waits), random", steps, sms);
-  run<128, 128, kAll | kR | kBox>("+ producer and tile waits, random", steps, sms);
-  run<128, 128, kS | kPV | kR | kBox>("no softmax, producer, tile waits, random", steps, sms);
-  run<128, 128, kAll | kR | kTurns>("ping-pong, random", steps, sms);
-  run<128, 128, kAll | kR | kTurns | kBox>("ping-pong, producer, tile waits, random", steps, sms);
+  run<128, 128, kAll | kR | kProducer>("+ producer (no tile waits)", steps, sms);
+  run<128, 128, kAll | kR | kProducer | kNT>("+ producer, V pre-transposed (no waits)", steps, sms);
+  run<128, 128, kAll | kR | kProducer | kNoCopy>("+ producer, transpose only (no waits)", steps, sms);
+  run<128, 128, kAll | kR | kBox>("+ producer and tile waits", steps, sms);
+  run<128, 128, kAll | kR | kBox | kNT>("+ producer and tile waits, V pre-transposed", steps, sms);
+  run<128, 128, kAll | kR | kBox | kNoCopy>("+ producer and tile waits, transpose only", steps, sms);
+  run<128, 128, kS | kPV | kR | kBox | kNT>("no softmax, producer, waits, V pre-transp.", steps, sms);
+  run<128, 128, kAll | kR | kTurns | kBox | kNT>("ping-pong, producer, waits, V pre-transp.", steps, sms);
   run<128, 64, kAll | kR>("kernel's step, random", steps, sms);
-  run<128, 64, kAll | kR | kBox>("+ producer and tile waits, random", steps, sms);
-  run<128, 64, kAll | kR | kOverlap>("softmax during P.V (forced), random", steps, sms);
-  run<128, 64, kAll | kR | kOverlap | kBox>("forced overlap, producer, waits, random", steps, sms);
+  run<128, 64, kAll | kR | kBox>("+ producer and tile waits", steps, sms);
+  run<128, 64, kAll | kR | kBox | kNT>("+ producer and tile waits, V pre-transposed", steps, sms);
   run<64, 128, kAll | kR>("kernel's step, random", steps, sms);
-  run<64, 128, kAll | kR | kBox>("+ producer and tile waits, random", steps, sms);
-  run<64, 128, kS | kPV | kR>("no softmax, random", steps, sms);
+  run<64, 128, kAll | kR | kBox>("+ producer and tile waits", steps, sms);
+  run<64, 128, kAll | kR | kBox | kNT>("+ producer and tile waits, V pre-transposed", steps, sms);
   run<256, 64, kAll | kR>("kernel's step, random", steps, sms);
-  run<256, 64, kAll | kR | kBox>("+ producer and tile waits, random", steps, sms);
-  run<256, 64, kS | kPV | kR>("no softmax, random", steps, sms);
+  run<256, 64, kAll | kR | kBox>("+ producer and tile waits", steps, sms);
+  run<256, 64, kAll | kR | kBox | kNT>("+ producer and tile waits, V pre-transposed", steps, sms);
+  run<256, 64, kAll | kR | kBox | kNoCopy>("+ producer and tile waits, transpose only", steps, sms);
   return 0;
 }
