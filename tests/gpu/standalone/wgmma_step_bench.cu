@@ -40,7 +40,10 @@ enum StepFlags : int {
   kLockstep = 1024,  // both consumer warpgroups meet at a named barrier every step
   kNoTranspose = 2048,  // with kProducer: V copied straight into Vt (as if pre-transposed in memory)
   kNoCopy = 4096,       // with kProducer: no copies, only the transpose
+  kTma = 8192,          // with kProducer: each tile's K and V by two bulk copies of one thread (the copy
+                        // engine; layouts not swizzled: timing only), completed on mbarriers
 };
+constexpr int kExtraSmem = 256;  // the bulk copies' V-landed mbarriers, past the pipeline's
 
 // FP8 e4m3 code from a hash: sign and magnitude 2^-3 .. 2^0 (finite sums, no NaN / Inf).
 __host__ __device__ inline uint8_t random_code(uint32_t i) {
@@ -63,11 +66,20 @@ __device__ void produce(int steps, const uint8_t* kv, uint8_t* smem, typename Pi
   const uint8_t* head = kv + static_cast<size_t>(blockIdx.x % 2) * 2 * 8192 * kD;
   const int ch = tid % Policy::kChunks, row0 = tid / Policy::kChunks;
   int fz = 0;
+  uint64_t* vland = reinterpret_cast<uint64_t*>(bars + 1);  // (kTma with the transpose)
   const auto finalize = [&](auto pending) {
-    nv::cp_async_wait<decltype(pending)::value>();
-    nv::fence_proxy_async();
-    nv::mbar_arrive(&bars->k_full[fz % kStages]);
-    nv::named_barrier_sync(1, 128);
+    if (kFlags & kTma) {
+      if (kFlags & kNoTranspose) {
+        ++fz;
+        return;
+      }
+      nv::mbar_wait(&vland[fz % kStages], (fz / kStages) & 1);
+    } else {
+      nv::cp_async_wait<decltype(pending)::value>();
+      nv::fence_proxy_async();
+      nv::mbar_arrive(&bars->k_full[fz % kStages]);
+      nv::named_barrier_sync(1, 128);
+    }
     if (!(kFlags & kNoTranspose)) prod.transpose_v(fz % kStages);
     nv::fence_proxy_async();
     nv::mbar_arrive(&bars->v_full[fz % kStages]);
@@ -79,6 +91,20 @@ __device__ void produce(int steps, const uint8_t* kv, uint8_t* smem, typename Pi
     const int s = g % kStages;
     if (g >= kStages) nv::mbar_wait(&bars->empty[s], ((g / kStages) - 1) & 1);
     const int tile = g % (8192 / kBN);
+    if constexpr ((kFlags & kTma) != 0) {
+      const uint8_t* ksrc = head + static_cast<size_t>(tile) * kBN * kD;
+      if (tid == 0) {
+        nv::mbar_arrive_expect_tx(&bars->k_full[s], kBN * kD);
+        nv::bulk_copy_g2s(Pipe::k_buf(smem, s), ksrc, kBN * kD, &bars->k_full[s]);
+        uint64_t* vbar = (kFlags & kNoTranspose) ? &bars->v_full[s] : &vland[s];
+        nv::mbar_arrive_expect_tx(vbar, kBN * kD);
+        nv::bulk_copy_g2s((kFlags & kNoTranspose) ? Pipe::vt_buf(smem, s) : Pipe::vraw_buf(smem, s),
+                          ksrc + 8192 * kD, kBN * kD, vbar);
+      } else {
+        nv::mbar_arrive(&bars->k_full[s]);
+        if (kFlags & kNoTranspose) nv::mbar_arrive(&bars->v_full[s]);
+      }
+    } else {
 #pragma unroll
     for (int k = 0; k < Pipe::kLoadRows; ++k) {
       if (kFlags & kNoCopy) break;
@@ -91,6 +117,7 @@ __device__ void produce(int steps, const uint8_t* kv, uint8_t* smem, typename Pi
       nv::cp_async_16(vdst, head + 8192 * kD + off, true);
     }
     nv::cp_async_commit();
+    }
   }
   while (fz < steps) finalize(std::integral_constant<int, 0>{});
 }
@@ -109,6 +136,9 @@ __global__ void __launch_bounds__(384, 1) step_bench(int steps, const uint8_t* k
   for (int i = threadIdx.x; i < Policy::kOffOnes; i += blockDim.x)
     smem[i] = (kFlags & kRandom) ? random_code(i * 131u + blockIdx.x) : 0x30;
   Pipe::init(smem, bars);  // the ones tile and the barriers
+  if (threadIdx.x == 0)
+    for (int i = 0; i < Policy::kStages; ++i) nv::mbar_init(reinterpret_cast<uint64_t*>(bars + 1) + i, 1);
+  nv::fence_mbarrier_init();
   nv::fence_proxy_async();
   __syncthreads();
   const int wg = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x / 128), 0);
@@ -203,7 +233,7 @@ void run(const char* name, int steps, int sms) {
   using Policy = FwdPolicyNvWgmma<Problem, kBN>;
   auto* kernel = &step_bench<kD, kBN, kFlags>;
   CK(cudaFuncSetAttribute(reinterpret_cast<const void*>(kernel), cudaFuncAttributeMaxDynamicSharedMemorySize,
-                          Policy::kSmemBytes));
+                          Policy::kSmemBytes + kExtraSmem));
   long long* d_cycles;
   float* d_sink;
   uint8_t* d_kv;
@@ -218,9 +248,9 @@ void run(const char* name, int steps, int sms) {
   cudaEvent_t a, z;
   CK(cudaEventCreate(&a));
   CK(cudaEventCreate(&z));
-  kernel<<<sms, 384, Policy::kSmemBytes>>>(steps / 8, d_kv, d_cycles, d_sink);  // warm-up (clocks)
+  kernel<<<sms, 384, Policy::kSmemBytes + kExtraSmem>>>(steps / 8, d_kv, d_cycles, d_sink);  // warm-up (clocks)
   CK(cudaEventRecord(a));
-  kernel<<<sms, 384, Policy::kSmemBytes>>>(steps, d_kv, d_cycles, d_sink);
+  kernel<<<sms, 384, Policy::kSmemBytes + kExtraSmem>>>(steps, d_kv, d_cycles, d_sink);
   CK(cudaEventRecord(z));
   CK(cudaEventSynchronize(z));
   CK(cudaGetLastError());
@@ -253,22 +283,22 @@ int main(int argc, char** argv) {
   constexpr int kNT = kNoTranspose;
   run<128, 128, kAll | kR>("kernel's step, random", steps, sms);
   run<128, 128, kAll | kR | kProducer>("+ producer (no tile waits)", steps, sms);
-  run<128, 128, kAll | kR | kProducer | kNT>("+ producer, V pre-transposed (no waits)", steps, sms);
-  run<128, 128, kAll | kR | kProducer | kNoCopy>("+ producer, transpose only (no waits)", steps, sms);
+  run<128, 128, kAll | kR | kProducer | kTma>("+ producer by TMA (no tile waits)", steps, sms);
+  run<128, 128, kAll | kR | kProducer | kTma | kNT>("+ producer by TMA, V pre-transp. (no waits)", steps, sms);
   run<128, 128, kAll | kR | kBox>("+ producer and tile waits", steps, sms);
-  run<128, 128, kAll | kR | kBox | kNT>("+ producer and tile waits, V pre-transposed", steps, sms);
-  run<128, 128, kAll | kR | kBox | kNoCopy>("+ producer and tile waits, transpose only", steps, sms);
-  run<128, 128, kS | kPV | kR | kBox | kNT>("no softmax, producer, waits, V pre-transp.", steps, sms);
-  run<128, 128, kAll | kR | kTurns | kBox | kNT>("ping-pong, producer, waits, V pre-transp.", steps, sms);
+  run<128, 128, kAll | kR | kBox | kTma>("+ producer by TMA and tile waits", steps, sms);
+  run<128, 128, kAll | kR | kBox | kTma | kNT>("+ TMA, tile waits, V pre-transposed", steps, sms);
+  run<128, 128, kS | kPV | kR | kBox | kTma>("no softmax, TMA, tile waits", steps, sms);
+  run<128, 128, kAll | kR | kTurns | kBox | kTma>("ping-pong, TMA, tile waits", steps, sms);
   run<128, 64, kAll | kR>("kernel's step, random", steps, sms);
   run<128, 64, kAll | kR | kBox>("+ producer and tile waits", steps, sms);
-  run<128, 64, kAll | kR | kBox | kNT>("+ producer and tile waits, V pre-transposed", steps, sms);
+  run<128, 64, kAll | kR | kBox | kTma>("+ producer by TMA and tile waits", steps, sms);
   run<64, 128, kAll | kR>("kernel's step, random", steps, sms);
   run<64, 128, kAll | kR | kBox>("+ producer and tile waits", steps, sms);
-  run<64, 128, kAll | kR | kBox | kNT>("+ producer and tile waits, V pre-transposed", steps, sms);
+  run<64, 128, kAll | kR | kBox | kTma>("+ producer by TMA and tile waits", steps, sms);
   run<256, 64, kAll | kR>("kernel's step, random", steps, sms);
   run<256, 64, kAll | kR | kBox>("+ producer and tile waits", steps, sms);
-  run<256, 64, kAll | kR | kBox | kNT>("+ producer and tile waits, V pre-transposed", steps, sms);
-  run<256, 64, kAll | kR | kBox | kNoCopy>("+ producer and tile waits, transpose only", steps, sms);
+  run<256, 64, kAll | kR | kBox | kTma>("+ producer by TMA and tile waits", steps, sms);
+  run<256, 64, kAll | kR | kBox | kTma | kNT>("+ TMA, tile waits, V pre-transposed", steps, sms);
   return 0;
 }
