@@ -39,8 +39,11 @@ struct FwdPolicyNvWgmma {
   static constexpr int kBlockM = 64 * kConsumers;
   static constexpr int kBlockN = kKvTile;
   static_assert(kBlockN == 64 || (kBlockN == 128 && kD <= 128), "wgmma pipeline: 64-key tiles, or 128 at D <= 128");
-  // 4 stages where they fit (3 at D 256 and for 128-key tiles at D 128: 50 KB per stage)
-  static constexpr int kStages = kD * kBlockN <= 8192 ? 4 : 3;
+  // As many stages as fit next to the two Q buffers, up to 4 (3 at D 256: 48 KB per stage)
+  static constexpr int kStageBytes = 3 * kBlockN * kD;  // K, Vt, Vraw
+  static constexpr int kStagesFit = (232448 - 2 * kBlockM * kD - 512 - 8 * 20 - 1024) / kStageBytes;
+  static constexpr int kStages = kStagesFit < 4 ? kStagesFit : 4;
+  static_assert(kStages >= 3, "the ring needs 3 stages (finalize runs kStages - 2 tiles behind)");
   static constexpr int kNTilesO = kD / 8;  // n8 blocks of the O accumulator
   static constexpr int kChunks = kD / 16;  // 16-byte chunks per Q / K / V row
   static constexpr int kSw = kD >= 128 ? 128 : 64;
