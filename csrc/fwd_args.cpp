@@ -278,6 +278,7 @@ FwdPlan make_fwd_params(const FwdArgs& a) {
   p.num_heads_k = static_cast<int32_t>(Hkv);
   p.head_dim = static_cast<int32_t>(D);
   p.total_q = static_cast<int32_t>(T);
+  if (varlen_k) p.total_k = static_cast<int32_t>(k.size(0));
   // Exact maxima where the lengths are known on the host; otherwise the caller's bounds.
   if (varlen_q) {
     p.seqlen_q = static_cast<int32_t>(cu_q ? max_diff(*cu_q) : a.max_seqlen_q);

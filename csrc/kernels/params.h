@@ -43,6 +43,7 @@ struct FwdParams {
   int32_t seqlen_q = 0;  // dense: Sq; varlen: max_seqlen_q
   int32_t seqlen_k = 0;  // dense: Sk; varlen/paged: max_seqlen_k
   int32_t total_q = 0;   // varlen: T
+  int32_t total_k = 0;   // varlen K / V: their rows (0: unknown; bounds of the Hopper prefill tensor maps)
   int32_t num_heads = 0;
   int32_t num_heads_k = 0;
   int32_t head_dim = 0;
@@ -77,9 +78,10 @@ struct FwdParams {
   float* o_accum = nullptr;    // [num_splits, B*Sq or T, H, D]
   float* lse_accum = nullptr;  // [num_splits, B*Sq or T, H]
   int32_t num_sm = 0;
-  // Hopper decode: TMA tensor maps (CUtensorMap, opaque here) of the paged K and V cache, one page
-  // of one kv head per box, encoded by the decode launcher when the layout allows
-  // (pipeline_decode.h, arch/nv_tma.h); kv_tma = 0: not encoded.
+  // Hopper: TMA tensor maps (CUtensorMap, opaque here), encoded by the launcher when the layout
+  // allows (kv_tma = 0: not encoded): decode, the paged K and V cache, one page of one kv head per
+  // box (pipeline_decode.h); prefill, dense / varlen K and V tiles in the wgmma operand swizzle
+  // (pipeline_wgmma.h).
   int32_t kv_tma = 0;
   alignas(64) unsigned char k_tmap[128] = {};
   alignas(64) unsigned char v_tmap[128] = {};

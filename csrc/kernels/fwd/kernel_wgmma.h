@@ -5,6 +5,7 @@
 #pragma once
 #include <cuda_runtime.h>
 
+#include "../arch/nv_tma.h"
 #include "epilogue_wgmma.h"
 #include "launch.h"
 #include "pipeline_wgmma.h"
@@ -63,10 +64,35 @@ __global__ void __launch_bounds__(Policy::kThreads, 1) fwd_kernel_wgmma(const __
 #endif
 }
 
+// The K and V tensor maps of a dense or varlen call (pipeline_wgmma.h, load_kv_tma): boxes of kSw
+// bytes of d x 1 kv head x kBlockN keys, in K's swizzle. None for paged KV or a layout TMA does not
+// allow (unaligned strides, varlen rows unknown): every tile then takes cp.async.
+template <class Policy>
+bool encode_kv_maps(FwdParams& q) {
+  if (q.block_table || (q.cu_seqlens_k && q.total_k <= 0)) return false;
+  const CUtensorMapSwizzle sw = Policy::kSw == 128 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_64B;
+  const auto encode = [&](void* map, const void* base, int64_t head, int64_t row, int64_t batch) {
+    if (q.cu_seqlens_k) {
+      const int64_t dims[3] = {q.head_dim, q.num_heads_k, q.total_k};
+      const int64_t strides[2] = {head, row};
+      const int box[3] = {Policy::kSw, 1, Policy::kBlockN};
+      return nv::encode_tiled_map(map, base, 3, dims, strides, box, sw);
+    }
+    const int64_t dims[4] = {q.head_dim, q.num_heads_k, q.seqlen_k, q.batch};
+    const int64_t strides[3] = {head, row, batch};
+    const int box[4] = {Policy::kSw, 1, Policy::kBlockN, 1};
+    return nv::encode_tiled_map(map, base, 4, dims, strides, box, sw);
+  };
+  return encode(q.k_tmap, q.k, q.k_head_stride, q.k_row_stride, q.k_batch_stride) &&
+         encode(q.v_tmap, q.v, q.v_head_stride, q.v_row_stride, q.v_batch_stride);
+}
+
 template <class Problem, int kKvTile>
 void launch_fwd_wgmma(const FwdParams& p, cudaStream_t stream) {
   using Policy = FwdPolicyNvWgmma<Problem, kKvTile>;
-  launch_kernel<Problem, Policy, &fwd_kernel_wgmma<Problem, Policy, FwdPipelineNvWgmma<Problem, Policy>>>(p, stream);
+  FwdParams q = p;
+  q.kv_tma = Policy::kTmaKV && encode_kv_maps<Policy>(q) ? 1 : 0;
+  launch_kernel<Problem, Policy, &fwd_kernel_wgmma<Problem, Policy, FwdPipelineNvWgmma<Problem, Policy>>>(q, stream);
 }
 
 }  // namespace fp8attn

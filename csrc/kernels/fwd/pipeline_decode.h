@@ -155,8 +155,8 @@ struct FwdPipelineNvDecode {
           const int32_t row = key0 % p.page_block_size;
           uint8_t* dst = stage + kKW * (threadIdx.x / 32) * Policy::kRowStride;
           nv::mbar_arrive_expect_tx(bar, 2 * kKW * Policy::kRowStride);
-          nv::tma_load_page(dst, p.k_tmap, 0, c.hkv, row, blk, bar);
-          nv::tma_load_page(dst + kBN * Policy::kRowStride, p.v_tmap, 0, c.hkv, row, blk, bar);
+          nv::tma_load_4d(dst, p.k_tmap, 0, c.hkv, row, blk, bar);
+          nv::tma_load_4d(dst + kBN * Policy::kRowStride, p.v_tmap, 0, c.hkv, row, blk, bar);
         }
         return;
       }

@@ -5,10 +5,12 @@
 //
 // Producer warpgroup (128 threads), per work item: Q -> Q[item % 2] (after the consumers released
 // that buffer), then per KV tile g (slot g % kStages): wait until the consumers released the
-// slot, cp.async K -> K[slot] (swizzled) and V -> Vraw[slot]. kStages - 2 tiles later (and at item
-// boundaries) it finalizes tile g: when its copies have landed, fence.proxy.async and arrive
-// k_full; then (named barrier: every producer's part landed) transpose Vraw -> Vt (ldmatrix .trans,
-// byte permutes, stmatrix), fence, arrive v_full.
+// slot, then K -> K[slot] and V -> Vraw[slot] (both in K's swizzle): a whole tile of a dense or
+// varlen layout by TMA boxes of one thread (K completes k_full and V v_land by their bytes), else
+// (paged, or the tail tile, whose keys past k_len must read as zeros) by every thread's cp.async.
+// kStages - 2 tiles later (and at item boundaries) it finalizes tile g: once V has landed (v_land,
+// or each thread's copies, fence.proxy.async, arrive k_full and a named barrier), transpose
+// Vraw -> Vt (ldmatrix .trans, byte permutes, stmatrix), fence, arrive v_full.
 // Consumer warpgroup w (64 packed rows, 4 warps x 16), per tile: wait k_full; S = Q.K^T (m64nNk32,
 // N = kBlockN, Q and K from shared memory); logits, mask, online softmax, p8 = sat(p / p_scale) packed straight
 // into the A fragments of P.V; wait v_full; O += P8.Vt and l += P8.1 (P from registers); arrive
@@ -44,6 +46,7 @@ struct FwdPipelineNvWgmma {
   struct Barriers {
     uint64_t q_full[2], q_empty[2];
     uint64_t k_full[kStages], v_full[kStages], empty[kStages];
+    uint64_t v_land[kStages];  // a TMA-loaded V tile's bytes landed in Vraw
   };
   static constexpr int kConsumerThreads = 128 * Policy::kConsumers;
 
@@ -69,13 +72,16 @@ struct FwdPipelineNvWgmma {
         nv::mbar_init(&b->k_full[s], 128);
         nv::mbar_init(&b->v_full[s], 128);
         nv::mbar_init(&b->empty[s], kConsumerThreads);
+        nv::mbar_init(&b->v_land[s], 1);
       }
+      nv::fence_mbarrier_init();  // (the copy engine completes k_full and v_land)
     }
   }
 
   // ---- producer --------------------------------------------------------------------------------
-  // +16 bytes per row: the 8 rows of a transpose matrix (8 consecutive keys) hit distinct banks.
-  FP8ATTN_HD static int vraw_offset(int key, int chunk) { return key * Policy::kVrawStride + 16 * chunk; }
+  // Vraw in K's swizzle: the 8 rows of a transpose matrix (8 consecutive keys, one 16-byte column)
+  // sit in 8 distinct bank groups.
+  FP8ATTN_HD static int vraw_offset(int key, int chunk) { return QK::offset(kBN, key, 16 * chunk); }
 
   // Per-thread copy assignment, the same for every tile (computed once).
   static constexpr int kLoadRows = kBN * Policy::kChunks / 128;  // K (and V) rows one producer thread copies
@@ -85,6 +91,8 @@ struct FwdPipelineNvWgmma {
     int g = 0;   // tiles issued so far (all items)
     int fz = 0;  // tiles finalized so far
     int qn = 0;  // work items started so far
+    // bit s: slot s holds a TMA-loaded tile; bit 8 + s: the parity of slot s's next v_land phase
+    uint32_t slots = 0;
     // copies: thread copies chunk ch of rows row0 + k * kRowStep (k < kLoadRows) of K and V
     int ch, row0;
     static constexpr int kRowStep = 128 / Policy::kChunks;
@@ -96,9 +104,11 @@ struct FwdPipelineNvWgmma {
     // positions 16h + 4(t % 4) .. +3 (the P.V order above). stmatrix writes them as Vt rows: matrix
     // m row r is d = 32b + 16(m / 2) + 2r + p (p: the d parity; rows r < 4 take even d in even m),
     // so each matrix's rows cover all 8 bank groups of the 64B swizzle. ld / st: the lane's row
-    // shared-window address at step (0, 0) in slot 0's Vraw / Vt (slots add kVrawBytes / kVtBytes,
-    // steps 64 i kVrawStride + 32 b / 64 kD i + 2048 b: immediates; whole addresses, so that no
-    // second copy of them stays live for the drain); sel_lo / sel_hi: the byte permutes of
+    // shared-window address at step (0, 0) in slot 0's Vraw / Vt (slots add kVrawBytes / kVtBytes;
+    // Vt steps 64 kD i + 2048 b, Vraw steps 64 kSw i + kBN kSw (b / bs) as immediates and, inside
+    // a swizzle row of bs = kSw / 32 steps, XOR 32 (b % bs): the swizzle XORs the 16-byte column
+    // with the key's row bits, and column (m / 2) + 2b has b in its upper bits; whole addresses, so
+    // that no second copy of them stays live for the drain); sel_lo / sel_hi: the byte permutes of
     // matrices m even / odd. Checked against the per-byte layout, and
     // for bank conflicts, by tests/gpu/standalone/transpose_model.py.
     uint32_t ld, st, sel_lo;  // (sel_hi = sel_lo ^ 0x1111: a register fewer for the 56-register producer)
@@ -192,21 +202,49 @@ struct FwdPipelineNvWgmma {
       }
     }
 
+    // A whole dense / varlen tile (keys below k_len; varlen K / V are [total_k, Hkv, D]) by TMA,
+    // one box per kSw-byte column block of K and of V, into the swizzle of K's tile; the
+    // issuing thread's arrivals expect the bytes (k_full also counts the other producers'
+    // arrivals, v_land only this one).
+    FP8ATTN_DEVICE void load_kv_tma(const FwdParams& p, const BlockCtx& c, int tile, uint8_t* sK, uint8_t* sVraw,
+                                    uint64_t* kbar, uint64_t* vbar) const {
+      constexpr int kSw = Policy::kSw;
+      const int32_t row = (p.cu_seqlens_k ? p.cu_seqlens_k[c.b] : 0) + tile * kBN;
+      nv::mbar_arrive_expect_tx(kbar, Policy::kKBytes);
+      nv::mbar_arrive_expect_tx(vbar, Policy::kVrawBytes);
+#pragma unroll
+      for (int cb = 0; cb < kD / kSw; ++cb) {
+        if (p.cu_seqlens_k) {
+          nv::tma_load_3d(sK + cb * kBN * kSw, p.k_tmap, cb * kSw, c.hkv, row, kbar);
+          nv::tma_load_3d(sVraw + cb * kBN * kSw, p.v_tmap, cb * kSw, c.hkv, row, vbar);
+        } else {
+          nv::tma_load_4d(sK + cb * kBN * kSw, p.k_tmap, cb * kSw, c.hkv, row, c.b, kbar);
+          nv::tma_load_4d(sVraw + cb * kBN * kSw, p.v_tmap, cb * kSw, c.hkv, row, c.b, vbar);
+        }
+      }
+    }
+
     // Vraw [key][d] -> Vt [d][k position] of ring slot s (see the constructor).
     FP8ATTN_DEVICE void transpose_v(int s) const {
       const uint32_t vraw = ld + s * Policy::kVrawBytes, vt = st + s * Policy::kVtBytes;
 #if FP8ATTN_NV_WGMMA
       const uint32_t sel_hi = sel_lo ^ 0x1111u;
-      // (one step's registers at a time: two steps in flight spill the 56-register producer)
+      // (one step's registers at a time: two steps in flight spill the 56-register producer; the
+      // swizzle's XOR outermost, so that one XORed address is live at a time)
+      constexpr int bs = Policy::kSw / 32;
 #pragma unroll
-      for (int i = 0; i < kBN / 64; ++i) {
+      for (int bx = 0; bx < bs; ++bx) {
+        const uint32_t src = vraw ^ (32 * bx);
 #pragma unroll
-        for (int b = 0; b < kD / 32; ++b) {
-          uint32_t in[4];
-          nv::ldmatrix_x4_trans(in, vraw + 64 * i * Policy::kVrawStride + 32 * b);
-          const uint32_t out[4] = {__byte_perm(in[0], in[1], sel_lo), __byte_perm(in[0], in[1], sel_hi),
-                                   __byte_perm(in[2], in[3], sel_lo), __byte_perm(in[2], in[3], sel_hi)};
-          nv::stmatrix_x4(vt + 64 * kD * i + 2048 * b, out);
+        for (int b = bx; b < kD / 32; b += bs) {
+#pragma unroll
+          for (int i = 0; i < kBN / 64; ++i) {
+            uint32_t in[4];
+            nv::ldmatrix_x4_trans(in, src + 64 * i * Policy::kSw + kBN * Policy::kSw * (b / bs));
+            const uint32_t out[4] = {__byte_perm(in[0], in[1], sel_lo), __byte_perm(in[0], in[1], sel_hi),
+                                     __byte_perm(in[2], in[3], sel_lo), __byte_perm(in[2], in[3], sel_hi)};
+            nv::stmatrix_x4(vt + 64 * kD * i + 2048 * b, out);
+          }
         }
       }
 #endif
@@ -216,13 +254,19 @@ struct FwdPipelineNvWgmma {
     template <int kPending>
     FP8ATTN_DEVICE void finalize(uint8_t* smem, Barriers* bars) {
       const int s = fz % kStages;
-      nv::cp_async_wait<kPending>();
-      FP8ATTN_TRACE(kTraceProducerLanded);
-      nv::fence_proxy_async();
-      nv::mbar_arrive(&bars->k_full[s]);
-      // Every producer's copies of the tile landed, and every producer finished the previous
-      // transpose (whose Vraw slot the next copy may reuse).
-      nv::named_barrier_sync(1, 128);
+      if (Policy::kTmaKV && (slots >> s & 1)) {  // TMA: K completed k_full by its bytes
+        nv::mbar_wait(&bars->v_land[s], (slots >> (8 + s)) & 1);
+        slots ^= 1u << (8 + s);
+        FP8ATTN_TRACE(kTraceProducerLanded);
+      } else {
+        nv::cp_async_wait<kPending>();
+        FP8ATTN_TRACE(kTraceProducerLanded);
+        nv::fence_proxy_async();
+        nv::mbar_arrive(&bars->k_full[s]);
+        // Every producer's copies of the tile landed. (The previous transpose of the slot is done
+        // everywhere: the consumers released the slot after its v_full.)
+        nv::named_barrier_sync(1, 128);
+      }
       FP8ATTN_TRACE(kTraceProducerBarrier);
       transpose_v(s);
       nv::fence_proxy_async();
@@ -253,8 +297,18 @@ struct FwdPipelineNvWgmma {
         FP8ATTN_TRACE(kTraceProducerSlotWait);
         if (g >= kStages) nv::mbar_wait(&bars->empty[s], ((g / kStages) - 1) & 1);
         FP8ATTN_TRACE(kTraceProducerSlotGo);
-        load_kv(p, c, tile, k_buf(smem, s), vraw_buf(smem, s));
-        nv::cp_async_commit();
+        if (Policy::kTmaKV && p.kv_tma && (tile + 1) * kBN <= c.seq.k_len) {
+          if (ptid == 0)
+            load_kv_tma(p, c, tile, k_buf(smem, s), vraw_buf(smem, s), &bars->k_full[s],
+                        &bars->v_land[s]);
+          else
+            nv::mbar_arrive(&bars->k_full[s]);
+          slots |= 1u << s;
+        } else {
+          load_kv(p, c, tile, k_buf(smem, s), vraw_buf(smem, s));
+          slots &= ~(1u << s);
+        }
+        nv::cp_async_commit();  // (empty for a TMA tile: the groups stay one per tile)
         FP8ATTN_TRACE(kTraceProducerCopied);
         ++g;
       }

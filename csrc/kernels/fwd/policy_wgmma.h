@@ -17,9 +17,10 @@
 //   K     x kStages [kBlockN][kD]    swizzled K-major, B of S = Q.K^T
 //   Vt    x kStages [kD][kBlockN]    V transposed, keys permuted (see the pipeline), 64B swizzle
 //                                    (a 128-key tile is two 64-key column blocks), B of O += P.V
-//   Vraw  x kStages [kBlockN][kVrawStride]  V as copied (natural [key][d]), input of the transpose
+//   Vraw  x kStages [kBlockN][kD]     V as loaded ([key][d]) in K's swizzle: the TMA box layout, and
+//                                    the transpose's 8-key reads hit 8 distinct bank groups
 //   ones  [8][64]                  FP8 1.0: B of l += P.1 (the row sums of P8 on the tensor cores)
-//   barriers: q_full[2], q_empty[2], k_full[kStages], v_full[kStages], empty[kStages]
+//   barriers: q_full[2], q_empty[2], k_full[kStages], v_full[kStages], empty[kStages], v_land[kStages]
 #pragma once
 #include <cstdint>
 
@@ -38,20 +39,24 @@ struct FwdPolicyNvWgmma {
   static constexpr int kBlockM = 64 * kConsumers;
   static constexpr int kBlockN = kKvTile;
   static_assert(kBlockN == 64 || (kBlockN == 128 && kD <= 128), "wgmma pipeline: 64-key tiles, or 128 at D <= 128");
-  // 4 stages where they fit (3 at D 256 and for 128-key tiles at D 128: 50 KB per stage)
-  static constexpr int kStages = kD * kBlockN <= 8192 ? 4 : 3;
+  // As many stages as fit next to the two Q buffers, up to 4 (3 at D 256: 48 KB per stage)
+  static constexpr int kStageBytes = 3 * kBlockN * kD;  // K, Vt, Vraw
+  static constexpr int kStagesFit = (232448 - 2 * kBlockM * kD - 512 - 8 * 20 - 1024) / kStageBytes;
+  static constexpr int kStages = kStagesFit < 4 ? kStagesFit : 4;
+  static_assert(kStages >= 3, "the ring needs 3 stages (finalize runs kStages - 2 tiles behind)");
   static constexpr int kNTilesO = kD / 8;  // n8 blocks of the O accumulator
   static constexpr int kChunks = kD / 16;  // 16-byte chunks per Q / K / V row
   static constexpr int kSw = kD >= 128 ? 128 : 64;
+  // Whole dense / varlen KV tiles by TMA (pipeline_wgmma.h, load_kv_tma); not at D 256, where the
+  // 56-register producer spills with the TMA slots' bookkeeping (the copies stay cp.async there).
+  static constexpr bool kTmaKV = kD <= 128;
   using QK = nv::SwizzledTile<kSw>;  // Q and K tiles
   using VT = nv::SwizzledTile<64>;   // Vt rows are the 64 keys of a tile
-  // +16 bytes per row: the 8 rows of each 8 x 16-byte matrix the transpose reads hit distinct banks.
-  static constexpr int kVrawStride = kD + 16;
 
   static constexpr int kQBytes = kBlockM * kD;
   static constexpr int kKBytes = kBlockN * kD;
   static constexpr int kVtBytes = kD * kBlockN;
-  static constexpr int kVrawBytes = kBlockN * kVrawStride;
+  static constexpr int kVrawBytes = kBlockN * kD;
   static constexpr bool kPersistent = true;
   static constexpr int kOffQ = 0;
   static constexpr int kOffK = kOffQ + 2 * kQBytes;
@@ -59,10 +64,10 @@ struct FwdPolicyNvWgmma {
   static constexpr int kOffVraw = kOffVt + kStages * kVtBytes;
   static constexpr int kOffOnes = kOffVraw + kStages * kVrawBytes;
   static constexpr int kOffBar = kOffOnes + 512;
-  static_assert(kOffK % 1024 == 0 && kOffVt % 1024 == 0 && kKBytes % 1024 == 0 && kVtBytes % 1024 == 0 &&
-                    kOffOnes % 512 == 0,
+  static_assert(kOffK % 1024 == 0 && kOffVt % 1024 == 0 && kOffVraw % 1024 == 0 && kKBytes % 1024 == 0 &&
+                    kVtBytes % 1024 == 0 && kOffOnes % 512 == 0,
                 "swizzled tiles must start on 1024-byte boundaries");
-  static constexpr int kSmemBytes = kOffBar + 8 * (4 + 3 * kStages) + 1024;  // + the base's alignment slack
+  static constexpr int kSmemBytes = kOffBar + 8 * (4 + 4 * kStages) + 1024;  // + the base's alignment slack
   static_assert(kSmemBytes <= 232448, "sm_90 allows 227 KiB of shared memory per block");
 
   // Register reallocation (setmaxnreg): the producer gives registers to the consumers, which

@@ -1,8 +1,8 @@
 """Model of the wgmma producer's V transpose (csrc/kernels/fwd/pipeline_wgmma.h, Producer and
 transpose_v: ldmatrix .trans, two byte permutes per register pair, stmatrix), lane by lane, against the
 Vt layout the consumers' P.V reads (Vt[d][position] = V[key_of_pos(position)][d] in the 64B-swizzled
-tile): every Vt byte written once and right, and every 8-row matrix of the ldmatrix / stmatrix on 8
-distinct 16-byte bank groups. For each head dim x KV tile of the pipeline. Run: python3 transpose_model.py"""
+tile; Vraw in the K tile's swizzle, as TMA lands it): every Vt byte written once and right, and every
+8-row matrix of the ldmatrix / stmatrix on 8 distinct 16-byte bank groups. For each head dim x KV tile of the pipeline. Run: python3 transpose_model.py"""
 import random
 
 
@@ -14,12 +14,18 @@ def key_of_pos(v):
 def vt_offset(kD, d, col):  # SwizzledTile<64>::offset(rows=kD, row=d, col)
     return (col // 64) * kD * 64 + d * 64 + ((((col % 64) >> 4) ^ ((d & 7) >> 1)) << 4) + (col & 15)
 
+def qk_offset(kD, rows, row, col):  # SwizzledTile<kSw>::offset, the K tile's (and Vraw's) layout
+    sw = 128 if kD >= 128 else 64
+    shift = 0 if sw == 128 else 1
+    return (col // sw) * rows * sw + row * sw + ((((col % sw) >> 4) ^ ((row & 7) >> shift)) << 4) + (col & 15)
+
 def check(kD, kBN):
-    kS = kD + 16
+    sw = 128 if kD >= 128 else 64
+    bs = sw // 32
     def vraw_offset(key, chunk):
-        return key * kS + 16 * chunk
+        return qk_offset(kD, kBN, key, 16 * chunk)
     V = [[random.randrange(256) for _ in range(kD)] for _ in range(kBN)]
-    raw = bytearray(kBN * kS)
+    raw = bytearray(kBN * kD)
     for k in range(kBN):
         for c in range(kD // 16):
             for i in range(16):
@@ -42,7 +48,9 @@ def check(kD, kBN):
         for i in range(NG // 4):
             for bp in range(NB):
                 # ldmatrix.x4.trans
-                addrs = [ld_base[L] + 64 * i * kS + 32 * bp for L in range(32)]
+                addrs = [(ld_base[L] ^ (32 * (bp % bs))) + 64 * i * sw + kBN * sw * (bp // bs) for L in range(32)]
+                assert all(addrs[8 * m + r] == vraw_offset(16 * w + 64 * i + 8 * (m & 1) + r, (m >> 1) + 2 * bp)
+                           for m in range(4) for r in range(8)), "Vraw address"
                 # bank check: each matrix = one wavefront if its 8 rows hit distinct 16B bank groups
                 for m in range(4):
                     groups = {(addrs[8 * m + r] // 16) % 8 for r in range(8)}
