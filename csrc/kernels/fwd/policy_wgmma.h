@@ -47,9 +47,8 @@ struct FwdPolicyNvWgmma {
   static constexpr int kNTilesO = kD / 8;  // n8 blocks of the O accumulator
   static constexpr int kChunks = kD / 16;  // 16-byte chunks per Q / K / V row
   static constexpr int kSw = kD >= 128 ? 128 : 64;
-  // Whole dense / varlen KV tiles by TMA (pipeline_wgmma.h, load_kv_tma); not at D 256, where the
-  // 56-register producer spills with the TMA slots' bookkeeping (the copies stay cp.async there).
-  static constexpr bool kTmaKV = kD <= 128;
+  // Whole dense / varlen KV tiles by TMA (pipeline_wgmma.h, load_kv_tma).
+  static constexpr bool kTmaKV = true;
   using QK = nv::SwizzledTile<kSw>;  // Q and K tiles
   using VT = nv::SwizzledTile<64>;   // Vt rows are the 64 keys of a tile
 
@@ -74,10 +73,10 @@ struct FwdPolicyNvWgmma {
   // hold S, P8 and the O accumulator live across the asynchronous wgmma stages (168 per thread
   // spill at D = 128 once the wgmmas really overlap). setmaxnreg.inc waits for registers the
   // block got at launch (kThreads x 168), so the split must fit in them or it never returns.
-  // The same split at every head dim: 40 / 232 at D = 256 spilled 20 bytes in the producer, and
-  // its consumers fit in 224 (ptxas -v: no spills in any instance).
-  static constexpr int kProducerRegs = 56;
-  static constexpr int kConsumerRegs = 224;
+  // 56 / 224 at D <= 128; at D = 256 the producer's TMA bookkeeping needs more than 56 (40 / 232
+  // spilled 20 bytes there) and the consumers fit in 216 (ptxas -v: no spills in any instance).
+  static constexpr int kProducerRegs = kD > 128 ? 72 : 56;
+  static constexpr int kConsumerRegs = kD > 128 ? 216 : 224;
   static_assert(128 * kProducerRegs + 128 * kConsumers * kConsumerRegs <= kThreads * (65536 / kThreads / 8 * 8),
                 "register reallocation exceeds the block's launch allocation");
 
