@@ -47,8 +47,9 @@ struct FwdPolicyNvWgmma {
   static constexpr int kNTilesO = kD / 8;  // n8 blocks of the O accumulator
   static constexpr int kChunks = kD / 16;  // 16-byte chunks per Q / K / V row
   static constexpr int kSw = kD >= 128 ? 128 : 64;
-  // Whole dense / varlen KV tiles by TMA (pipeline_wgmma.h, load_kv_tma).
-  static constexpr bool kTmaKV = true;
+  // Whole dense / varlen KV tiles by TMA (pipeline_wgmma.h, load_kv_tma); not at D 64, where it
+  // measured 2 % slower than cp.async (docs/h200-logs/46-*).
+  static constexpr bool kTmaKV = kD >= 128;
   using QK = nv::SwizzledTile<kSw>;  // Q and K tiles
   using VT = nv::SwizzledTile<64>;   // Vt rows are the 64 keys of a tile
 
