@@ -23,16 +23,21 @@ __global__ void __launch_bounds__(Policy::kThreads, 1) fwd_kernel_wgmma(const __
   Pipe::init(smem, bars);
   __syncthreads();
   // Work items (x, split) in launch order, round robin over the persistent blocks; producer and
-  // consumers walk the same sequence (make_block is a pure function of the item).
-  const int32_t group = p.num_heads / p.num_heads_k;
-  const int32_t nx = (p.seqlen_q * group + Policy::kBlockM - 1) / Policy::kBlockM * p.batch * p.num_heads_k;
-  const int32_t total = nx * p.num_splits;
+  // consumers walk the same sequence (make_block is a pure function of the item). Computed in
+  // each role's branch: values live across the register reallocation spilled at D 256.
+  const auto items = [&](int32_t& nx, int32_t& total) {
+    const int32_t group = p.num_heads / p.num_heads_k;
+    nx = (p.seqlen_q * group + Policy::kBlockM - 1) / Policy::kBlockM * p.batch * p.num_heads_k;
+    total = nx * p.num_splits;
+  };
   // The warpgroup index through a shuffle: ptxas then knows the role branch is warp-uniform
   // (a divergent path around wgmma makes it serialize every wgmma, info C7520).
   const int wg_idx = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x / 128), 0);
   if (wg_idx == 0) {
     if constexpr (Policy::kProducerRegs > 0) nv::regs_dealloc<Policy::kProducerRegs>();
     typename Pipe::Producer prod(static_cast<int>(threadIdx.x), smem);
+    int32_t nx, total;
+    items(nx, total);
     for (int32_t item = blockIdx.x; item < total; item += gridDim.x) {
       BlockCtx c;
       if (make_block<Problem, Policy>(p, item % nx, item / nx, c)) prod.item(p, c, smem, bars);
@@ -44,6 +49,8 @@ __global__ void __launch_bounds__(Policy::kThreads, 1) fwd_kernel_wgmma(const __
     typename Epilogue::Scalars sc = Epilogue::kernel_scalars(p);
     const typename Policy::PQuant pq{1.f / sc.p_scale};
     typename Pipe::Consumer cons(warp / 4, smem);
+    int32_t nx, total;
+    items(nx, total);
     for (int32_t item = blockIdx.x; item < total; item += gridDim.x) {
       BlockCtx c;
       if (!make_block<Problem, Policy>(p, item % nx, item / nx, c)) continue;
