@@ -448,8 +448,8 @@ struct FwdPipelineNvWgmma {
     // softmax (nothing depends on it): in the SASS every exp2 follows it, and the overlap is between
     // the two consumer warpgroups. Forcing it inside the warpgroup (the wait at the next step's
     // start, wip/wgmma-wait-next) holds tile i's slot through the softmax and was 4-34 % slower
-    // (docs/h200-logs/40-*). Without the softmax the loop still takes twice its tensor time per
-    // step (docs/h200-logs/44-*).
+    // (docs/h200-logs/40-*). Alone (no producer) the loop takes 1.6x its tensor time per step, the
+    // softmax's exp2s being as long as the tensor work (docs/h200-logs/45-*).
     FP8ATTN_DEVICE void item(const FwdParams& p, const BlockCtx& c, const ThreadRows<Tile>& tr, const PQuant& pq,
                              uint8_t* smem, Barriers* bars, FwdState<Policy>& st) {
       const int t = threadIdx.x % 4;

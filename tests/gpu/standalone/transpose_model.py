@@ -2,7 +2,8 @@
 transpose_v: ldmatrix .trans, two byte permutes per register pair, stmatrix), lane by lane, against the
 Vt layout the consumers' P.V reads (Vt[d][position] = V[key_of_pos(position)][d] in the 64B-swizzled
 tile; Vraw in the K tile's swizzle, as TMA lands it): every Vt byte written once and right, and every
-8-row matrix of the ldmatrix / stmatrix on 8 distinct 16-byte bank groups. For each head dim x KV tile of the pipeline. Run: python3 transpose_model.py"""
+8-row matrix of the ldmatrix / stmatrix on 8 distinct 16-byte bank groups. For each head dim x KV tile
+of the pipeline. Run: python3 transpose_model.py"""
 import random
 
 

@@ -106,17 +106,18 @@ __device__ void produce(int steps, const uint8_t* kv, uint8_t* smem, typename Pi
       }
     } else {
 #pragma unroll
-    for (int k = 0; k < Pipe::kLoadRows; ++k) {
-      if (kFlags & kNoCopy) break;
-      const int r = row0 + k * Pipe::Producer::kRowStep;
-      const size_t off = static_cast<size_t>(tile * kBN + r) * kD + 16 * ch;
-      nv::cp_async_16(Pipe::k_buf(smem, s) + Policy::QK::offset(kBN, r, 16 * ch), head + off, true);
-      // (pre-transposed V: the same bytes straight into Vt, 16-byte chunks in the swizzled rows)
-      uint8_t* vdst = (kFlags & kNoTranspose) ? Pipe::vt_buf(smem, s) + (16 * (r * Policy::kChunks + ch)) % Policy::kVtBytes
-                                              : Pipe::vraw_buf(smem, s) + Pipe::vraw_offset(r, ch);
-      nv::cp_async_16(vdst, head + 8192 * kD + off, true);
-    }
-    nv::cp_async_commit();
+      for (int k = 0; k < Pipe::kLoadRows; ++k) {
+        if (kFlags & kNoCopy) break;
+        const int r = row0 + k * Pipe::Producer::kRowStep;
+        const size_t off = static_cast<size_t>(tile * kBN + r) * kD + 16 * ch;
+        nv::cp_async_16(Pipe::k_buf(smem, s) + Policy::QK::offset(kBN, r, 16 * ch), head + off, true);
+        // (pre-transposed V: the same bytes straight into Vt, 16-byte chunks in the swizzled rows)
+        const int vt_off = (16 * (r * Policy::kChunks + ch)) % Policy::kVtBytes;
+        uint8_t* vdst = (kFlags & kNoTranspose) ? Pipe::vt_buf(smem, s) + vt_off
+                                                : Pipe::vraw_buf(smem, s) + Pipe::vraw_offset(r, ch);
+        nv::cp_async_16(vdst, head + 8192 * kD + off, true);
+      }
+      nv::cp_async_commit();
     }
   }
   while (fz < steps) finalize(std::integral_constant<int, 0>{});
