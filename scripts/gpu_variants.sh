@@ -9,7 +9,10 @@
 #                                            measured with the first variant only), and prints the
 #                                            fp8attn column of every variant side by side
 #
-# Knobs (env): FP8ATTN_ARCHS (default sm90a), BENCH_ARGS (e.g. "--only decode"), STEP_TIMEOUT
+# Knobs (env): FP8ATTN_ARCHS (default sm90a), BENCH_ARGS (e.g. "--only decode"), ALL_PEERS=1 (every
+# variant's benchmark runs the peers too: the same work between fp8attn's rows, so the same thermal state --
+# without peers a variant's rows run back to back, hotter: identical D 256 code measured 7 % slower
+# second, docs/h200-logs/48-*), FP8ATTN_HEAD_DIMS (build filter), STEP_TIMEOUT
 # (seconds per test / bench step, default 300), SKIP_TESTS=1 (benchmark only: diagnostic builds that
 # compute wrong results on purpose), SANITIZE=racecheck (or memcheck: that
 # compute-sanitizer tool over tests/gpu/sanitize_cases.py per variant, its summary line printed), KEEP_ALL=1 (keep each variant's bench.md / .png and
@@ -69,7 +72,7 @@ for v in "${vars[@]}"; do
   if [ -n "${SANITIZE:-}" ]; then
     (cd "variants/$v" && PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} timeout "$T" compute-sanitizer --tool "$SANITIZE"        --error-exitcode 9 python3 tests/gpu/sanitize_cases.py 2>&1 | grep -E "SUMMARY|Error|error" | tail -3) || rc=1
   fi
-  peers=none
+  [ -n "${ALL_PEERS:-}" ] || peers=none
 done
 python3 - "$OUTDIR" "${vars[@]}" <<'EOF'
 import json, os, sys
