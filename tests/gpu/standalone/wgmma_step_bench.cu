@@ -42,6 +42,8 @@ enum StepFlags : int {
   kNoCopy = 4096,       // with kProducer: no copies, only the transpose
   kTma = 8192,          // with kProducer: each tile's K and V by two bulk copies of one thread (the copy
                         // engine; layouts not swizzled: timing only), completed on mbarriers
+  kOffsetStart = 16384,  // warpgroup 1 starts once warpgroup 0's first softmax is done (half a step apart:
+                         // does the offset survive the tile waits, or do they pull the two into step?)
 };
 constexpr int kExtraSmem = 256;  // the bulk copies' V-landed mbarriers, past the pipeline's
 
@@ -174,6 +176,7 @@ __global__ void __launch_bounds__(384, 1) step_bench(int steps, const uint8_t* k
   for (int i = 0; i < Pipe::kSElems; ++i) s[i] = 0.f;
 
   if ((kFlags & kTurns) && w == 1) hand_turn();  // warpgroup 0 issues first
+  if ((kFlags & kOffsetStart) && w == 1) nv::named_barrier_sync(6, 256);
   const long long t0 = clock64();
 #pragma unroll 1
   for (int i = 0; i < steps; ++i) {
@@ -196,6 +199,7 @@ __global__ void __launch_bounds__(384, 1) step_bench(int steps, const uint8_t* k
     uint32_t pn[Pipe::kPWords];
     if (kFlags & kSoftmax) {
       Pipe::softmax(s, i, false, lo, hi, lg, pq, t, st, alpha, pn);
+      if ((kFlags & kOffsetStart) && w == 0 && i == 0) named_barrier_arrive(6, 256);
       if constexpr ((kFlags & kOverlap) != 0) {
         uint32_t all = 0;
 #pragma unroll
@@ -291,6 +295,8 @@ int main(int argc, char** argv) {
   run<128, 128, kAll | kR | kBox | kTma | kNT>("+ TMA, tile waits, V pre-transposed", steps, sms);
   run<128, 128, kS | kPV | kR | kBox | kTma>("no softmax, TMA, tile waits", steps, sms);
   run<128, 128, kAll | kR | kTurns | kBox | kTma>("ping-pong, TMA, tile waits", steps, sms);
+  run<128, 128, kAll | kR | kOffsetStart>("offset start (no producer)", steps, sms);
+  run<128, 128, kAll | kR | kBox | kTma | kOffsetStart>("offset start, TMA, tile waits", steps, sms);
   run<128, 64, kAll | kR>("kernel's step, random", steps, sms);
   run<128, 64, kAll | kR | kBox>("+ producer and tile waits", steps, sms);
   run<128, 64, kAll | kR | kBox | kTma>("+ producer by TMA and tile waits", steps, sms);
@@ -300,6 +306,7 @@ int main(int argc, char** argv) {
   run<256, 64, kAll | kR>("kernel's step, random", steps, sms);
   run<256, 64, kAll | kR | kBox>("+ producer and tile waits", steps, sms);
   run<256, 64, kAll | kR | kBox | kTma>("+ producer by TMA and tile waits", steps, sms);
+  run<256, 64, kAll | kR | kBox | kTma | kOffsetStart>("offset start, TMA, tile waits", steps, sms);
   run<256, 64, kAll | kR | kBox | kTma | kNT>("+ TMA, tile waits, V pre-transposed", steps, sms);
   return 0;
 }
