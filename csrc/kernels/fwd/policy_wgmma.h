@@ -41,14 +41,15 @@ struct FwdPolicyNvWgmma {
   static_assert(kBlockN == 64 || (kBlockN == 128 && kD <= 128), "wgmma pipeline: 64-key tiles, or 128 at D <= 128");
   // As many stages as fit next to the two Q buffers, up to 4 (3 at D 256: 48 KB per stage)
   static constexpr int kStageBytes = 3 * kBlockN * kD;  // K, Vt, Vraw
-  static constexpr int kStagesFit = (232448 - 2 * kBlockM * kD - 512 - 8 * 20 - 1024) / kStageBytes;
+  static constexpr int kStagesFit = (nv::Sm89::kSmemLimit - 2 * kBlockM * kD - 512 - 8 * 20 - 1024) / kStageBytes;
   static constexpr int kStages = kStagesFit < 4 ? kStagesFit : 4;
   static_assert(kStages >= 3, "the ring needs 3 stages (finalize runs kStages - 2 tiles behind)");
   static constexpr int kNTilesO = kD / 8;  // n8 blocks of the O accumulator
   static constexpr int kChunks = kD / 16;  // 16-byte chunks per Q / K / V row
   static constexpr int kSw = kD >= 128 ? 128 : 64;
   // Whole dense / varlen KV tiles by TMA (pipeline_wgmma.h, load_kv_tma); not at D 64, where it
-  // measured 2 % slower than cp.async (docs/h200-logs/46-*).
+  // measured 2 % slower than cp.async (docs/h200-logs/46-*, as a non-first variant: biased against it,
+  // see 48-*; wip/wgmma-tma-d64 re-measures it).
   static constexpr bool kTmaKV = kD >= 128;
   using QK = nv::SwizzledTile<kSw>;  // Q and K tiles
   using VT = nv::SwizzledTile<64>;   // Vt rows are the 64 keys of a tile
@@ -68,7 +69,7 @@ struct FwdPolicyNvWgmma {
                     kVtBytes % 1024 == 0 && kOffOnes % 512 == 0,
                 "swizzled tiles must start on 1024-byte boundaries");
   static constexpr int kSmemBytes = kOffBar + 8 * (4 + 4 * kStages) + 1024;  // + the base's alignment slack
-  static_assert(kSmemBytes <= 232448, "sm_90 allows 227 KiB of shared memory per block");
+  static_assert(kSmemBytes <= nv::Sm89::kSmemLimit, "sm_90 allows 227 KiB of shared memory per block");
 
   // Register reallocation (setmaxnreg): the producer gives registers to the consumers, which
   // hold S, P8 and the O accumulator live across the asynchronous wgmma stages (168 per thread
