@@ -4,7 +4,9 @@
 
 At a fixed q shape (1 x 32 heads x 8192 rows, non-causal) the time is T(Sk) = a + b Sk: b is the cost
 of the KV steps, a what every work item pays once (Q load, epilogue, pipeline fill and drain) plus the
-launch. Printed per head dim for fp8attn and, with --peers, cuDNN's FP8 SDPA, with the SM clock
+launch. `--vary sq` holds Sk = 8192 and varies the rows instead (the number of work items, so of
+rounds of the persistent blocks): there a is what a call pays once, b the cost of the items.
+Printed per head dim for fp8attn and, with --peers, cuDNN's FP8 SDPA, with the SM clock
 nvidia-smi reported meanwhile (the steps' cycles are b x clock). `--profile` adds a torch.profiler
 breakdown of one fp8attn call per head dim (which kernels a call launches, and their times).
 """
@@ -24,8 +26,8 @@ import torch
 import fp8attn
 from fp8attn.bench import FN, OUT_SCALE, P_SCALE, cudnn_fp8_runner, time_ms
 
-SQ, H = 8192, 32
-SKS = (2048, 4096, 8192, 16384)
+SQ, H = 8192, 32  # the fixed length (rows or keys)
+SKS = (2048, 4096, 8192, 16384)  # the varied one
 
 
 def clocks_between(log: list[tuple[float, int]], t0: float, t1: float) -> float:
@@ -47,6 +49,7 @@ def main() -> int:
     ap.add_argument("--peers", action="store_true", help="cuDNN FP8 SDPA beside fp8attn")
     ap.add_argument("--profile", action="store_true", help="kernel breakdown of one call per head dim")
     ap.add_argument("--dims", default="64,128,256")
+    ap.add_argument("--vary", choices=["sk", "sq"], default="sk")
     ap.add_argument("--out", default="")
     args = ap.parse_args()
     smi = subprocess.Popen(["nvidia-smi", "--query-gpu=timestamp,clocks.sm", "--format=csv,noheader,nounits",
@@ -54,12 +57,13 @@ def main() -> int:
     stamps: list[tuple[str, int, int, float, float]] = []  # (impl, D, Sk, t0, t1)
     times: dict[tuple[str, int, int], float] = {}
     gen = torch.Generator(device="cuda").manual_seed(0)
+    ps, osc = torch.tensor([P_SCALE], device="cuda"), torch.tensor([OUT_SCALE], device="cuda")
     for D in (int(d) for d in args.dims.split(",")):
-        q8 = torch.randn(1, SQ, H, D, device="cuda", generator=gen).to(FN)
         scale = 1.0 / math.sqrt(D)
-        ps, osc = torch.tensor([P_SCALE], device="cuda"), torch.tensor([OUT_SCALE], device="cuda")
-        out = torch.empty_like(q8)
-        for sk in SKS:
+        for n in SKS:
+            sq, sk = (SQ, n) if args.vary == "sk" else (n, SQ)
+            q8 = torch.randn(1, sq, H, D, device="cuda", generator=gen).to(FN)
+            out = torch.empty_like(q8)
             k8 = torch.randn(1, sk, H, D, device="cuda", generator=gen).to(FN)
             v8 = torch.randn(1, sk, H, D, device="cuda", generator=gen).to(FN)
             runs = [("fp8attn", partial(fp8attn.forward, q8, k8, v8, p_scale=ps, out_scale=osc, out=out))]
@@ -68,14 +72,14 @@ def main() -> int:
                 runs.append(("cudnn_fp8", f))
             for name, fn in runs:
                 t0 = time.time()
-                times[name, D, sk] = time_ms(fn, 5, 30, min_warm_ms=300.0)
-                stamps.append((name, D, sk, t0, time.time()))
-            if args.profile and sk == SQ:
+                times[name, D, n] = time_ms(fn, 5, 30, min_warm_ms=300.0)
+                stamps.append((name, D, n, t0, time.time()))
+            if args.profile and n == SQ:
                 with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
                     for _ in range(5):
                         runs[0][1]()
                     torch.cuda.synchronize()
-                print(f"== D {D}, Sk {sk}: fp8attn's kernels over 5 calls")
+                print(f"== D {D}, Sq {sq}, Sk {sk}: fp8attn's kernels over 5 calls")
                 print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=8))
         torch.cuda.empty_cache()
     smi.terminate()
@@ -87,9 +91,11 @@ def main() -> int:
         except ValueError:
             continue
     rows = []
-    print(f"1 x {H} x {SQ} queries, non-causal, FP8 out; T(Sk) = a + b Sk")
-    print(f"{'impl':10s} {'D':>4s} " + " ".join(f"{'Sk ' + str(s):>10s}" for s in SKS) +
-          f" {'a (us)':>8s} {'b (us/1k keys)':>15s} {'a / T(8192)':>12s} {'TFLOP/s 8k':>11s} {'MHz':>6s}")
+    v = "Sk" if args.vary == "sk" else "Sq"
+    fixed = f"{SQ} queries" if args.vary == "sk" else f"{SQ} keys"
+    print(f"1 x {H} heads x {fixed}, non-causal, FP8 out; T({v}) = a + b {v} (ms)")
+    print(f"{'impl':10s} {'D':>4s} " + " ".join(f"{v + ' ' + str(s):>10s}" for s in SKS) +
+          f" {'a (us)':>8s} {'b (us/1k)':>10s} {'a / T(8192)':>12s} {'TFLOP/s 8k':>11s} {'MHz':>6s}")
     for name, D in sorted({(n, d) for n, d, _ in times}):
         ts = [times[name, D, s] for s in SKS]
         a, b = fit(list(SKS), ts)
@@ -97,8 +103,9 @@ def main() -> int:
         t8 = times[name, D, SQ]
         tflops = 4 * H * SQ * SQ * D / t8 / 1e9
         print(f"{name:10s} {D:4d} " + " ".join(f"{t:10.3f}" for t in ts) +
-              f" {a * 1e3:8.1f} {b * 1e6:15.2f} {a / t8:12.3f} {tflops:11.0f} {sum(mhz) / len(mhz):6.0f}")
-        rows.append(dict(impl=name, D=D, sk=list(SKS), ms=ts, a_us=a * 1e3, b_us_per_1k=b * 1e6, mhz=mhz))
+              f" {a * 1e3:8.1f} {b * 1e6:10.2f} {a / t8:12.3f} {tflops:11.0f} {sum(mhz) / len(mhz):6.0f}")
+        rows.append(dict(impl=name, D=D, vary=args.vary, n=list(SKS), ms=ts, a_us=a * 1e3, b_us_per_1k=b * 1e6,
+                         mhz=mhz))
     if args.out:
         with open(args.out, "w") as f:
             json.dump(dict(kernel_rows=rows, device=torch.cuda.get_device_name()), f, indent=1)
