@@ -48,8 +48,7 @@ struct FwdPolicyNvWgmma {
   static constexpr int kChunks = kD / 16;  // 16-byte chunks per Q / K / V row
   static constexpr int kSw = kD >= 128 ? 128 : 64;
   // Whole dense / varlen KV tiles by TMA (pipeline_wgmma.h, load_kv_tma); not at D 64, where it
-  // measured 2 % slower than cp.async (docs/h200-logs/46-*, as a non-first variant: biased against it,
-  // see 48-*; wip/wgmma-tma-d64 re-measures it).
+  // measured 2-4 % slower than cp.async (docs/h200-logs/46-*, 50-*).
   static constexpr bool kTmaKV = kD >= 128;
   using QK = nv::SwizzledTile<kSw>;  // Q and K tiles
   using VT = nv::SwizzledTile<64>;   // Vt rows are the 64 keys of a tile
