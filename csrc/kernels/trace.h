@@ -42,6 +42,41 @@ enum TraceEvent : int {
   kTraceDecodeReduced = 25,      // the warps' partial results are summed
 };
 
+// Short names for the standalone checks' reports (event trace and cycle accounting).
+inline const char* trace_event_name(int e) {
+  switch (e) {
+    case kTraceKernelStart: return "kernel start";
+    case kTraceRowsStored: return "rows stored";
+    case kTraceProducerItem: return "P item";
+    case kTraceProducerDrained: return "P drained";
+    case kTraceProducerQ: return "P Q stored";
+    case kTraceProducerIssued: return "P item issued";
+    case kTraceProducerFinalized: return "P tile finalized";
+    case kTraceProducerSlotWait: return "P slot wait";
+    case kTraceProducerSlotGo: return "P slot free (empty)";
+    case kTraceProducerLanded: return "P tile landed";
+    case kTraceProducerBarrier: return "P all copies landed";
+    case kTraceProducerCopied: return "P tile issued";
+    case kTraceConsumerItem: return "C item";
+    case kTraceConsumerQ: return "C q_full";
+    case kTraceConsumerFirstK: return "C first k_full";
+    case kTraceConsumerStepWait: return "C step start";
+    case kTraceConsumerStepK: return "C k_full (next K)";
+    case kTraceConsumerStepGo: return "C v_full (this V)";
+    case kTraceConsumerStepDone: return "C step body done";
+    case kTraceConsumerLoopDone: return "C last P.V done";
+    case kTraceConsumerStored: return "C epilogue done";
+    case kTraceDecodeStart: return "D start";
+    case kTraceDecodeFirstIssued: return "D first issued";
+    case kTraceDecodeQ: return "D Q loaded";
+    case kTraceDecodeLanded: return "D tile landed";
+    case kTraceDecodeStepped: return "D step done";
+    case kTraceDecodeIssued: return "D next issued";
+    case kTraceDecodeReduced: return "D reduced";
+    default: return "?";
+  }
+}
+
 }  // namespace fp8attn
 
 #ifndef FP8ATTN_TRACE

@@ -5,6 +5,8 @@
 //   wgmma_check --profile D CAUSAL [KV_TILE]   one wgmma launch of 1 x 32 x 8192 (for ncu)
 //   wgmma_check_trace [KV_TILE]  (built with -DFP8ATTN_EVENT_TRACE) an event trace of the wgmma
 //                              kernel's first blocks on short and long prefill shapes
+//   wgmma_check_stats          (built with -DFP8ATTN_EVENT_STATS) the cycles between the trace events
+//                              of the producer and consumer warpgroups over whole launches
 // The wgmma pipeline runs 64-key tiles (the f16 pipeline's, for the agreement check) unless
 // KV_TILE is 128 (D 64 / 128).
 #include <algorithm>
@@ -18,6 +20,8 @@
 
 #ifdef FP8ATTN_EVENT_TRACE
 #include "event_trace.h"  // before the kernels: defines FP8ATTN_TRACE
+#elif defined(FP8ATTN_EVENT_STATS)
+#include "event_stats.h"  // (the same, accounting instead of recording)
 #endif
 #include "cuda_check.h"
 #include "kernels/fwd/kernel_wgmma.h"
@@ -361,6 +365,31 @@ int main(int argc, char** argv) {
   }
   return 0;
 }
+#elif defined(FP8ATTN_EVENT_STATS)
+int main() {
+  g_kv_tile = 128;  // the kernels' default tiles (128 keys at D 64 / 128, 64 at D 256)
+  struct Shape {
+    int B, S, D;
+    bool causal;
+  };
+  for (const Shape& f : {Shape{1, 8192, 128, false}, Shape{1, 8192, 128, true}, Shape{16, 512, 128, true},
+                         Shape{1, 8192, 64, false}, Shape{1, 8192, 256, false}}) {
+    Case c{"stats", f.B, 32, 32, f.D, std::vector<int>(f.B, f.S), std::vector<int>(f.B, f.S)};
+    c.causal = f.causal;
+    Built b = build(c);
+    b.p.q_descale = b.p.k_descale = nullptr;
+    const double ms = time_ms(true, b.p, 10);  // accounted: compare with the plain binary's time
+    const double tflops = 4.0 * f.B * 32 * double(f.S) * f.S * f.D / (f.causal ? 2 : 1) / ms / 1e9;
+    stat_reset();
+    dispatch(true, b.p);
+    CK(cudaDeviceSynchronize());
+    std::printf("\n=== B=%d H=32 S=%d D=%d causal=%d: %.1f us per call (%.0f TFLOP/s, accounted); cycles since the "
+                "warp's previous event, all blocks; warp 0 producer, 4 and 8 the consumer warpgroups' first\n",
+                f.B, f.S, f.D, f.causal, ms * 1e3, tflops);
+    stat_dump({0, 4, 8}, trace_event_name);
+  }
+  return 0;
+}
 #else
 int main(int argc, char** argv) {
   const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
@@ -432,4 +461,4 @@ int main(int argc, char** argv) {
   }
   return all ? 0 : 1;
 }
-#endif  // FP8ATTN_EVENT_TRACE
+#endif  // FP8ATTN_EVENT_TRACE / FP8ATTN_EVENT_STATS
