@@ -100,7 +100,7 @@ struct FwdPolicyNvDecode {
   static constexpr int kOffRing = kOffBar + kWarps * 8 * 8;
   // Tiles that fit next to Cfg::kBlocksPerSm - 1 other blocks (sm_90: 227 KiB per multiprocessor,
   // 1 KiB of it reserved per block), 2..8; or Cfg::kStages.
-  static constexpr int kFit = (232448 / Cfg::kBlocksPerSm - 1024 - kOffRing) / kStageBytes;
+  static constexpr int kFit = (nv::Sm89::kSmemLimit / Cfg::kBlocksPerSm - 1024 - kOffRing) / kStageBytes;
   static constexpr int kStages = Cfg::kStages ? Cfg::kStages : kFit < 2 ? 2 : kFit > 8 ? 8 : kFit;
   static_assert(kStages <= 8, "a warp has 8 ring mbarriers");
   // The final sum, in the ring: partial O [warp][kBlockM][kOStride] f32, l [warp][kBlockM], m [kBlockM].
