@@ -371,11 +371,14 @@ int main() {
   struct Shape {
     int B, S, D;
     bool causal;
+    int Hkv = 32, page = 0;  // page > 0: varlen with a paged cache of that block size (cp.async tiles)
   };
   for (const Shape& f : {Shape{1, 8192, 128, false}, Shape{1, 8192, 128, true}, Shape{16, 512, 128, true},
-                         Shape{1, 8192, 64, false}, Shape{1, 8192, 256, false}}) {
-    Case c{"stats", f.B, 32, 32, f.D, std::vector<int>(f.B, f.S), std::vector<int>(f.B, f.S)};
+                         Shape{1, 8192, 64, false}, Shape{1, 8192, 256, false}, Shape{8, 4096, 128, true, 8, 16}}) {
+    Case c{"stats", f.B, 32, f.Hkv, f.D, std::vector<int>(f.B, f.S), std::vector<int>(f.B, f.S)};
     c.causal = f.causal;
+    c.page = f.page;
+    c.varlen = f.page > 0;
     Built b = build(c);
     b.p.q_descale = b.p.k_descale = nullptr;
     const double ms = time_ms(true, b.p, 10);  // accounted: compare with the plain binary's time
@@ -383,9 +386,9 @@ int main() {
     stat_reset();
     dispatch(true, b.p);
     CK(cudaDeviceSynchronize());
-    std::printf("\n=== B=%d H=32 S=%d D=%d causal=%d: %.1f us per call (%.0f TFLOP/s, accounted); cycles since the "
-                "warp's previous event, all blocks; warp 0 producer, 4 and 8 the consumer warpgroups' first\n",
-                f.B, f.S, f.D, f.causal, ms * 1e3, tflops);
+    std::printf("\n=== B=%d H=32/%d S=%d D=%d causal=%d page=%d: %.1f us per call (%.0f TFLOP/s, accounted); cycles "
+                "since the warp's previous event, all blocks; warp 0 producer, 4 and 8 the consumer warpgroups' first\n",
+                f.B, f.Hkv, f.S, f.D, f.causal, f.page, ms * 1e3, tflops);
     stat_dump({0, 4, 8}, trace_event_name);
   }
   return 0;
