@@ -42,7 +42,8 @@ enum TraceEvent : int {
   kTraceDecodeReduced = 25,      // the warps' partial results are summed
 };
 
-// Short names for the standalone checks' reports (event trace and cycle accounting).
+// Short names for the cycle accounting of the standalone checks (event_stats.h; the event trace prints ids,
+// which scripts/trace_summary.py names from this enum).
 inline const char* trace_event_name(int e) {
   switch (e) {
     case kTraceKernelStart: return "kernel start";
