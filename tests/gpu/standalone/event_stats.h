@@ -30,15 +30,15 @@ __device__ __forceinline__ void stat_record(int event) {
   const int w = threadIdx.x / 32;
   if (w >= kStatWarps || threadIdx.x % 32 != 0) return;
   const long long t = clock64();
-  if (event == fp8attn::kTraceConsumerStepGo && s_gen[4] == (c_stat_gen ^ (blockIdx.x + gridDim.x * blockIdx.y))) {
+  // (the block index in the tag: an earlier block of the same launch may have used this shared memory)
+  const unsigned tag = c_stat_gen ^ (blockIdx.x + gridDim.x * blockIdx.y);
+  if (event == fp8attn::kTraceConsumerStepGo && s_gen[4] == tag) {
     if (w == 4) s_go4 = t;
     if (w == 8) {
       const long long d = (t - s_go4) / kPhaseBin;
       atomicAdd(&g_phase[d < 0 ? 0 : d >= kPhaseBins ? kPhaseBins - 1 : d], 1ull);
     }
   }
-  // (the block index in the tag: an earlier block of the same launch may have used this shared memory)
-  const unsigned tag = c_stat_gen ^ (blockIdx.x + gridDim.x * blockIdx.y);
   if (s_gen[w] == tag) {
     atomicAdd(&g_stat_cycles[w][event], static_cast<unsigned long long>(t - s_last[w]));
     atomicAdd(&g_stat_count[w][event], 1ull);
