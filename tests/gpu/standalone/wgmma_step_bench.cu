@@ -28,7 +28,8 @@ enum StepFlags : int {
   kS = 1,          // issue S = Q.K^T
   kPV = 2,         // issue O += P8.Vt, l += P8.1
   kSoftmax = 4,    // the pipeline's softmax on S, then the rescale
-  kOneWg = 8,      // only consumer warpgroup 0 runs (the other exits)
+  kOneWg = 8,      // only consumer warpgroup 0 runs (the other exits; not with kProducer: its slots
+                   // need both warpgroups' releases)
   kTurns = 16,     // ping-pong: issue in turns, the turn handed on right after the issue
   kLateHand = 32,  // with kTurns: handed on once S has landed
   kOverlap = 64,   // a never-taken branch on the softmax's P8 codes before the P.V wait, so that
@@ -44,6 +45,8 @@ enum StepFlags : int {
                         // engine; layouts not swizzled: timing only), completed on mbarriers
   kOffsetStart = 16384,  // warpgroup 1 starts once warpgroup 0's first softmax is done (half a step apart:
                          // does the offset survive the tile waits, or do they pull the two into step?)
+  kHandAfterAll = 32768,  // with kTurns: wait for S and P.V right after the issue, then hand the turn on
+                          // (the products of the two warpgroups never share the tensor cores)
 };
 constexpr int kExtraSmem = 256;  // the bulk copies' V-landed mbarriers, past the pipeline's
 
@@ -192,9 +195,15 @@ __global__ void __launch_bounds__(384, 1) step_bench(int steps, const uint8_t* k
     nv::wgmma_fence();
     if (kFlags & kS) cons.issue_qk(s, dq, (kFlags & kProducer) ? slot : 0);
     if (kFlags & kPV) cons.issue_pv(acc, lt, pa, (kFlags & kProducer) ? slot : 0);
-    if ((kFlags & kTurns) && !(kFlags & kLateHand)) hand_turn();
+    if ((kFlags & kTurns) && !(kFlags & (kLateHand | kHandAfterAll))) hand_turn();
     nv::fence_operands(acc);
-    if (kFlags & kS) nv::wgmma_wait<(kFlags & kPV) ? 1 : 0>();
+    if (kFlags & kHandAfterAll) {
+      nv::wgmma_wait<0>();
+      hand_turn();
+      if (kFlags & kProducer) nv::mbar_arrive(&bars->empty[slot]);
+    } else if (kFlags & kS) {
+      nv::wgmma_wait<(kFlags & kPV) ? 1 : 0>();
+    }
     if ((kFlags & kTurns) && (kFlags & kLateHand)) hand_turn();
     uint32_t pn[Pipe::kPWords];
     if (kFlags & kSoftmax) {
@@ -214,7 +223,7 @@ __global__ void __launch_bounds__(384, 1) step_bench(int steps, const uint8_t* k
     nv::fence_operands(pn);
     nv::wgmma_wait<0>();
     nv::fence_operands(pa);
-    if (kFlags & kProducer) nv::mbar_arrive(&bars->empty[slot]);
+    if ((kFlags & kProducer) && !(kFlags & kHandAfterAll)) nv::mbar_arrive(&bars->empty[slot]);
     if ((kFlags & kS) && !(kFlags & kSoftmax)) keep += s[0];
     st.l[0] += lt[0];
     st.l[1] += lt[2];
@@ -279,13 +288,14 @@ void run(const char* name, int steps, int sms) {
 }
 
 int main(int argc, char** argv) {
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // rows printed as they finish (a run cut short keeps them)
   const int steps = argc > 1 ? std::atoi(argv[1]) : 4096;
   cudaDeviceProp prop;
   CK(cudaGetDeviceProperties(&prop, 0));
   const int sms = prop.multiProcessorCount;
   std::printf("%s, %d SMs, %d steps per warpgroup\n", prop.name, sms, steps);
   constexpr int kAll = kS | kPV | kSoftmax, kR = kRandom, kBox = kProducer | kWaitFull;
-  constexpr int kNT = kNoTranspose;
+  constexpr int kNT = kNoTranspose, kPP = kTurns | kHandAfterAll;
   run<128, 128, kAll | kR>("kernel's step, random", steps, sms);
   run<128, 128, kAll | kR | kProducer>("+ producer (no tile waits)", steps, sms);
   run<128, 128, kAll | kR | kProducer | kTma>("+ producer by TMA (no tile waits)", steps, sms);
@@ -295,6 +305,9 @@ int main(int argc, char** argv) {
   run<128, 128, kAll | kR | kBox | kTma | kNT>("+ TMA, tile waits, V pre-transposed", steps, sms);
   run<128, 128, kS | kPV | kR | kBox | kTma>("no softmax, TMA, tile waits", steps, sms);
   run<128, 128, kAll | kR | kTurns | kBox | kTma>("ping-pong, TMA, tile waits", steps, sms);
+  run<128, 128, kAll | kR | kOneWg>("one warpgroup (no producer)", steps, sms);
+  run<128, 128, kAll | kR | kPP>("turns handed on after the products", steps, sms);
+  run<128, 128, kAll | kR | kPP | kBox | kTma>("turns after the products, TMA, tile waits", steps, sms);
   run<128, 128, kAll | kR | kOffsetStart>("offset start (no producer)", steps, sms);
   run<128, 128, kAll | kR | kBox | kTma | kOffsetStart>("offset start, TMA, tile waits", steps, sms);
   run<128, 64, kAll | kR>("kernel's step, random", steps, sms);
@@ -303,10 +316,13 @@ int main(int argc, char** argv) {
   run<64, 128, kAll | kR>("kernel's step, random", steps, sms);
   run<64, 128, kAll | kR | kBox>("+ producer and tile waits", steps, sms);
   run<64, 128, kAll | kR | kBox | kTma>("+ producer by TMA and tile waits", steps, sms);
+  run<64, 128, kAll | kR | kPP>("turns handed on after the products", steps, sms);
   run<256, 64, kAll | kR>("kernel's step, random", steps, sms);
   run<256, 64, kAll | kR | kBox>("+ producer and tile waits", steps, sms);
   run<256, 64, kAll | kR | kBox | kTma>("+ producer by TMA and tile waits", steps, sms);
   run<256, 64, kAll | kR | kBox | kTma | kOffsetStart>("offset start, TMA, tile waits", steps, sms);
+  run<256, 64, kAll | kR | kPP>("turns handed on after the products", steps, sms);
+  run<256, 64, kAll | kR | kPP | kBox | kTma>("turns after the products, TMA, tile waits", steps, sms);
   run<256, 64, kAll | kR | kBox | kTma | kNT>("+ TMA, tile waits, V pre-transposed", steps, sms);
   return 0;
 }
