@@ -445,11 +445,13 @@ struct FwdPipelineNvWgmma {
     // The item's KV loop: S of tile i+1 and P.V of tile i are issued together; acc and l are
     // rescaled once P.V of tile i has landed. The source asks for the softmax of tile i+1 to run
     // while P.V is in flight (wait 1, softmax, wait 0), but ptxas schedules the wait 0 ahead of the
-    // softmax (nothing depends on it): in the SASS every exp2 follows it, and the overlap is between
-    // the two consumer warpgroups. Forcing it inside the warpgroup (the wait at the next step's
-    // start, wip/wgmma-wait-next) holds tile i's slot through the softmax and was 4-34 % slower
-    // (docs/h200-logs/40-*). Alone (no producer) the loop takes 1.6x its tensor time per step, the
-    // softmax's exp2s being as long as the tensor work (docs/h200-logs/45-*).
+    // softmax (nothing depends on it): in the SASS every exp2 follows it, and what overlap there is
+    // lies between the two consumer warpgroups, which run free. Forcing it inside the warpgroup (the
+    // wait at the next step's start, wip/wgmma-wait-next) holds tile i's slot through the softmax and
+    // was 4-34 % slower (docs/h200-logs/40-*); turns that keep the two warpgroups' products apart were
+    // 6-7 % slower (59-*, 60-*: a softmax beside the other's products runs slower). Alone (no
+    // producer) the loop takes 1.6x its tensor time per step, the exp2s being as long as the tensor
+    // work (45-*).
     FP8ATTN_DEVICE void item(const FwdParams& p, const BlockCtx& c, const ThreadRows<Tile>& tr, const PQuant& pq,
                              uint8_t* smem, Barriers* bars, FwdState<Policy>& st) {
       const int t = threadIdx.x % 4;
