@@ -47,6 +47,9 @@ enum StepFlags : int {
                          // does the offset survive the tile waits, or do they pull the two into step?)
   kHandAfterAll = 32768,  // with kTurns: wait for S and P.V right after the issue, then hand the turn on
                           // (the products of the two warpgroups never share the tensor cores)
+  kSplit = 65536,    // warpgroup 0 only issues the products of kS / kPV, warpgroup 1 only runs the softmax
+                     // (on resident S): how much each slows the other; cycles reported per warpgroup
+  kSplitAlone = 131072,  // with kSplit: warpgroup 0 exits (the softmax alone)
 };
 constexpr int kExtraSmem = 256;  // the bulk copies' V-landed mbarriers, past the pipeline's
 
@@ -128,11 +131,28 @@ __device__ void produce(int steps, const uint8_t* kv, uint8_t* smem, typename Pi
   while (fz < steps) finalize(std::integral_constant<int, 0>{});
 }
 
-template <int kD, int kBN, int kFlags>
+// The kernel's policy with a ring of kRing stages and no Vraw buffers: room for more stages when V
+// comes pre-transposed (kTma | kNoTranspose rows only: the transpose and cp.async paths need Vraw).
+template <class Base, int kRing>
+struct RingPolicy : Base {
+  static constexpr int kStages = kRing;
+  static constexpr int kOffK = Base::kOffQ + 2 * Base::kQBytes;
+  static constexpr int kOffVt = kOffK + kStages * Base::kKBytes;
+  static constexpr int kOffVraw = kOffVt + kStages * Base::kVtBytes;  // (none: aliases the ones tile)
+  static constexpr int kOffOnes = kOffVraw;
+  static constexpr int kOffBar = kOffOnes + 512;
+  static constexpr int kSmemBytes = kOffBar + 8 * (4 + 4 * kStages) + 1024;
+  static_assert(kSmemBytes + 256 <= nv::Sm89::kSmemLimit, "the ring does not fit");
+};
+template <int kD, int kBN, int kRing>
+using BenchPolicy = std::conditional_t<kRing == 0, FwdPolicyNvWgmma<FwdProblem<kD, Fp8Kind::E4M3FN, MaskKind::kNone>, kBN>,
+                                       RingPolicy<FwdPolicyNvWgmma<FwdProblem<kD, Fp8Kind::E4M3FN, MaskKind::kNone>, kBN>, kRing>>;
+
+template <int kD, int kBN, int kFlags, int kRing>
 __global__ void __launch_bounds__(384, 1) step_bench(int steps, const uint8_t* kv, long long* cycles, float* sink) {
 #if FP8ATTN_NV_WGMMA
   using Problem = FwdProblem<kD, Fp8Kind::E4M3FN, MaskKind::kNone>;
-  using Policy = FwdPolicyNvWgmma<Problem, kBN>;
+  using Policy = BenchPolicy<kD, kBN, kRing>;
   using Pipe = FwdPipelineNvWgmma<Problem, Policy>;
   static_assert(Policy::kThreads == 384, "one producer and two consumer warpgroups");
   extern __shared__ __align__(1024) uint8_t smem_raw[];
@@ -156,6 +176,7 @@ __global__ void __launch_bounds__(384, 1) step_bench(int steps, const uint8_t* k
   nv::regs_alloc<Policy::kConsumerRegs>();
   const int w = wg - 1;
   if ((kFlags & kOneWg) && w == 1) return;
+  if ((kFlags & kSplitAlone) && w == 0) return;
   constexpr int kBarTurn = 4;  // + warpgroup
   const auto hand_turn = [&] { named_barrier_arrive(kBarTurn + (w ^ 1), 256); };
   const auto take_turn = [&] { nv::named_barrier_sync(kBarTurn + w, 256); };
@@ -178,6 +199,25 @@ __global__ void __launch_bounds__(384, 1) step_bench(int steps, const uint8_t* k
 #pragma unroll
   for (int i = 0; i < Pipe::kSElems; ++i) s[i] = 0.f;
 
+  if ((kFlags & kSplit) && w == 1) {  // the softmax alone, S opaque each step (nothing hoisted)
+#pragma unroll
+    for (int i = 0; i < Pipe::kSElems; ++i) s[i] = static_cast<float>(random_code(threadIdx.x * 31u + i) & 0x7f);
+    uint32_t x = 0;
+    const long long t0 = clock64();
+#pragma unroll 1
+    for (int i = 0; i < steps; ++i) {
+      nv::fence_operands(s);
+      uint32_t pn[Pipe::kPWords];
+      Pipe::softmax(s, i, false, lo, hi, lg, pq, t, st, alpha, pn);
+      Pipe::rescale(alpha, st);
+#pragma unroll
+      for (int k = 0; k < Pipe::kPWords; ++k) x ^= pn[k];
+    }
+    const long long t1 = clock64();
+    if (x == 0x12345678u) sink[threadIdx.x] = st.l[0];
+    if (threadIdx.x % 128 == 0) cycles[blockIdx.x * 2 + w] = t1 - t0;
+    return;
+  }
   if ((kFlags & kTurns) && w == 1) hand_turn();  // warpgroup 0 issues first
   if ((kFlags & kOffsetStart) && w == 1) nv::named_barrier_sync(6, 256);
   const long long t0 = clock64();
@@ -241,11 +281,10 @@ __global__ void __launch_bounds__(384, 1) step_bench(int steps, const uint8_t* k
 #endif
 }
 
-template <int kD, int kBN, int kFlags>
+template <int kD, int kBN, int kFlags, int kRing = 0>
 void run(const char* name, int steps, int sms) {
-  using Problem = FwdProblem<kD, Fp8Kind::E4M3FN, MaskKind::kNone>;
-  using Policy = FwdPolicyNvWgmma<Problem, kBN>;
-  auto* kernel = &step_bench<kD, kBN, kFlags>;
+  using Policy = BenchPolicy<kD, kBN, kRing>;
+  auto* kernel = &step_bench<kD, kBN, kFlags, kRing>;
   CK(cudaFuncSetAttribute(reinterpret_cast<const void*>(kernel), cudaFuncAttributeMaxDynamicSharedMemorySize,
                           Policy::kSmemBytes + kExtraSmem));
   long long* d_cycles;
@@ -272,6 +311,18 @@ void run(const char* name, int steps, int sms) {
   CK(cudaEventElapsedTime(&ms, a, z));
   std::vector<long long> cyc(2 * sms);
   CK(cudaMemcpy(cyc.data(), d_cycles, sizeof(long long) * 2 * sms, cudaMemcpyDeviceToHost));
+  if (kFlags & kSplit) {  // per warpgroup: 0 the products, 1 the softmax
+    double per[2] = {0, 0};
+    int cnt[2] = {0, 0};
+    for (int i = 0; i < 2 * sms; ++i)
+      if (cyc[i] > 0) per[i % 2] += static_cast<double>(cyc[i]), ++cnt[i % 2];
+    std::printf("%-44s D %3d kv %3d: products %5.0f, softmax %5.0f cycles / step (own warpgroup)\n", name, kD, kBN,
+                cnt[0] ? per[0] / cnt[0] / steps : 0.0, cnt[1] ? per[1] / cnt[1] / steps : 0.0);
+    CK(cudaFree(d_cycles));
+    CK(cudaFree(d_sink));
+    CK(cudaFree(d_kv));
+    return;
+  }
   double sum = 0;
   int n = 0;
   for (long long c : cyc)
@@ -303,9 +354,20 @@ int main(int argc, char** argv) {
   run<128, 128, kAll | kR | kBox>("+ producer and tile waits", steps, sms);
   run<128, 128, kAll | kR | kBox | kTma>("+ producer by TMA and tile waits", steps, sms);
   run<128, 128, kAll | kR | kBox | kTma | kNT>("+ TMA, tile waits, V pre-transposed", steps, sms);
+  run<128, 128, kAll | kR | kBox | kTma | kNT, 4>("  the same, 4 stages without Vraw", steps, sms);
+  run<128, 128, kAll | kR | kBox | kTma | kNT, 5>("  the same, 5 stages", steps, sms);
+  run<128, 128, kAll | kR | kBox | kTma | kNT, 6>("  the same, 6 stages", steps, sms);
+  run<128, 128, kAll | kR | kProducer | kTma | kNT, 6>("  6 stages, no tile waits", steps, sms);
   run<128, 128, kS | kPV | kR | kBox | kTma>("no softmax, TMA, tile waits", steps, sms);
   run<128, 128, kAll | kR | kTurns | kBox | kTma>("ping-pong, TMA, tile waits", steps, sms);
   run<128, 128, kAll | kR | kOneWg>("one warpgroup (no producer)", steps, sms);
+  run<128, 128, kS | kPV | kR | kOneWg>("one warpgroup, S and P.V only", steps, sms);
+  run<128, 128, kS | kR | kOneWg>("one warpgroup, S only", steps, sms);
+  run<128, 128, kPV | kR | kOneWg>("one warpgroup, P.V only", steps, sms);
+  run<128, 128, kR | kSplit | kSplitAlone>("split: softmax alone", steps, sms);
+  run<128, 128, kS | kPV | kR | kSplit>("split: S and P.V beside a softmax", steps, sms);
+  run<128, 128, kS | kR | kSplit>("split: S (smem A) beside a softmax", steps, sms);
+  run<128, 128, kPV | kR | kSplit>("split: P.V (register A) beside a softmax", steps, sms);
   run<128, 128, kAll | kR | kPP>("turns handed on after the products", steps, sms);
   run<128, 128, kAll | kR | kPP | kBox | kTma>("turns after the products, TMA, tile waits", steps, sms);
   run<128, 128, kAll | kR | kOffsetStart>("offset start (no producer)", steps, sms);
@@ -324,5 +386,8 @@ int main(int argc, char** argv) {
   run<256, 64, kAll | kR | kPP>("turns handed on after the products", steps, sms);
   run<256, 64, kAll | kR | kPP | kBox | kTma>("turns after the products, TMA, tile waits", steps, sms);
   run<256, 64, kAll | kR | kBox | kTma | kNT>("+ TMA, tile waits, V pre-transposed", steps, sms);
+  run<256, 64, kAll | kR | kBox | kTma | kNT, 5>("  the same, 5 stages without Vraw", steps, sms);
+  run<128, 64, kAll | kR | kBox | kTma | kNT>("+ TMA, tile waits, V pre-transposed", steps, sms);
+  run<128, 64, kAll | kR | kBox | kTma | kNT, 12>("  the same, 12 stages without Vraw", steps, sms);
   return 0;
 }
