@@ -50,6 +50,10 @@ enum StepFlags : int {
   kSplit = 65536,    // warpgroup 0 only issues the products of kS / kPV, warpgroup 1 only runs the softmax
                      // (on resident S): how much each slows the other; cycles reported per warpgroup
   kSplitAlone = 131072,  // with kSplit: warpgroup 0 exits (the softmax alone)
+  kSmemP = 262144,  // P.V with A from shared memory (wgmma SS) instead of registers: P stored by each
+                    // thread after the softmax, fenced, the warpgroup's warps met (timing only: the
+                    // layout is not P.V's; Vraw of slot 0 holds it, which a transposing producer also
+                    // uses -- a race that only changes bytes -- and rings have none)
 };
 constexpr int kExtraSmem = 256;  // the bulk copies' V-landed mbarriers, past the pipeline's
 
@@ -183,6 +187,8 @@ __global__ void __launch_bounds__(384, 1) step_bench(int steps, const uint8_t* k
 
   typename Pipe::Consumer cons(w, smem);
   const uint64_t dq = Policy::QK::desc(Pipe::q_buf(smem, 0), Policy::kBlockM, 64 * w, 0);
+  uint8_t* pbuf = Pipe::vraw_buf(smem, 0) + w * 64 * kBN;  // (kSmemP)
+  const uint64_t dp = Policy::QK::desc(pbuf, 64, 0, 0);
   FwdState<Policy> st;
   init_state(st);
   float(&acc)[kD / 2] = reinterpret_cast<float(&)[kD / 2]>(st.acc);
@@ -234,7 +240,16 @@ __global__ void __launch_bounds__(384, 1) step_bench(int steps, const uint8_t* k
     nv::fence_operands(pa);
     nv::wgmma_fence();
     if (kFlags & kS) cons.issue_qk(s, dq, (kFlags & kProducer) ? slot : 0);
-    if (kFlags & kPV) cons.issue_pv(acc, lt, pa, (kFlags & kProducer) ? slot : 0);
+    if constexpr ((kFlags & kPV) && (kFlags & kSmemP)) {
+      const uint64_t dv = cons.dvt0 + ((((kFlags & kProducer) ? slot : 0) * Policy::kVtBytes) >> 4);
+#pragma unroll
+      for (int kk = 0; kk < kBN / 32; ++kk)
+        nv::Wgmma<kD>::ss(acc, dp + (Pipe::Consumer::qk_step(64, kk) >> 4),
+                          dv + (Policy::VT::offset(kD, 0, 32 * kk) >> 4), 1);
+      nv::wgmma_commit();
+    } else if (kFlags & kPV) {
+      cons.issue_pv(acc, lt, pa, (kFlags & kProducer) ? slot : 0);
+    }
     if ((kFlags & kTurns) && !(kFlags & (kLateHand | kHandAfterAll))) hand_turn();
     nv::fence_operands(acc);
     if (kFlags & kHandAfterAll) {
@@ -270,6 +285,13 @@ __global__ void __launch_bounds__(384, 1) step_bench(int steps, const uint8_t* k
     if (kFlags & kSoftmax) Pipe::rescale(alpha, st);
 #pragma unroll
     for (int k = 0; k < Pipe::kPWords; ++k) pa[k] = pn[k];
+    if constexpr ((kFlags & kSmemP) && (kFlags & kSoftmax)) {
+      uint4* dst = reinterpret_cast<uint4*>(pbuf) + (threadIdx.x % 128) * (Pipe::kPWords / 4);
+#pragma unroll
+      for (int k = 0; k < Pipe::kPWords / 4; ++k) dst[k] = make_uint4(pa[4 * k], pa[4 * k + 1], pa[4 * k + 2], pa[4 * k + 3]);
+      nv::fence_proxy_async();
+      nv::named_barrier_sync(8 + w, 128);
+    }
   }
   const long long t1 = clock64();
   if ((kFlags & kTurns) && w == 0) take_turn();  // the turn handed over at the start
@@ -368,6 +390,10 @@ int main(int argc, char** argv) {
   run<128, 128, kS | kPV | kR | kSplit>("split: S and P.V beside a softmax", steps, sms);
   run<128, 128, kS | kR | kSplit>("split: S (smem A) beside a softmax", steps, sms);
   run<128, 128, kPV | kR | kSplit>("split: P.V (register A) beside a softmax", steps, sms);
+  run<128, 128, kPV | kR | kSplit | kSmemP>("split: P.V (smem A) beside a softmax", steps, sms);
+  run<128, 128, kPV | kR | kOneWg | kSmemP>("one warpgroup, P.V (smem A) only", steps, sms);
+  run<128, 128, kAll | kR | kSmemP>("kernel's step, P.V from smem (P stored)", steps, sms);
+  run<128, 128, kAll | kR | kSmemP | kBox | kTma>("P.V from smem, TMA, tile waits", steps, sms);
   run<128, 128, kAll | kR | kPP>("turns handed on after the products", steps, sms);
   run<128, 128, kAll | kR | kPP | kBox | kTma>("turns after the products, TMA, tile waits", steps, sms);
   run<128, 128, kAll | kR | kOffsetStart>("offset start (no producer)", steps, sms);
