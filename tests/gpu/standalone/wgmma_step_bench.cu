@@ -146,11 +146,12 @@ struct RingPolicy : Base {
   static constexpr int kOffOnes = kOffVraw;
   static constexpr int kOffBar = kOffOnes + 512;
   static constexpr int kSmemBytes = kOffBar + 8 * (4 + 4 * kStages) + 1024;
-  static_assert(kSmemBytes + 256 <= nv::Sm89::kSmemLimit, "the ring does not fit");
+  static_assert(kSmemBytes + kExtraSmem <= nv::Sm89::kSmemLimit, "the ring does not fit");
 };
+template <int kD, int kBN>
+using KernelPolicy = FwdPolicyNvWgmma<FwdProblem<kD, Fp8Kind::E4M3FN, MaskKind::kNone>, kBN>;
 template <int kD, int kBN, int kRing>
-using BenchPolicy = std::conditional_t<kRing == 0, FwdPolicyNvWgmma<FwdProblem<kD, Fp8Kind::E4M3FN, MaskKind::kNone>, kBN>,
-                                       RingPolicy<FwdPolicyNvWgmma<FwdProblem<kD, Fp8Kind::E4M3FN, MaskKind::kNone>, kBN>, kRing>>;
+using BenchPolicy = std::conditional_t<kRing == 0, KernelPolicy<kD, kBN>, RingPolicy<KernelPolicy<kD, kBN>, kRing>>;
 
 template <int kD, int kBN, int kFlags, int kRing>
 __global__ void __launch_bounds__(384, 1) step_bench(int steps, const uint8_t* kv, long long* cycles, float* sink) {
@@ -333,28 +334,24 @@ void run(const char* name, int steps, int sms) {
   CK(cudaEventElapsedTime(&ms, a, z));
   std::vector<long long> cyc(2 * sms);
   CK(cudaMemcpy(cyc.data(), d_cycles, sizeof(long long) * 2 * sms, cudaMemcpyDeviceToHost));
-  if (kFlags & kSplit) {  // per warpgroup: 0 the products, 1 the softmax
-    double per[2] = {0, 0};
-    int cnt[2] = {0, 0};
-    for (int i = 0; i < 2 * sms; ++i)
-      if (cyc[i] > 0) per[i % 2] += static_cast<double>(cyc[i]), ++cnt[i % 2];
+  // Mean cycles per step of warpgroup 0 / 1 over the blocks (0 where it exited early).
+  double per[2] = {0, 0};
+  int cnt[2] = {0, 0};
+  for (int i = 0; i < 2 * sms; ++i)
+    if (cyc[i] > 0) per[i % 2] += static_cast<double>(cyc[i]), ++cnt[i % 2];
+  for (int w = 0; w < 2; ++w) per[w] = cnt[w] ? per[w] / cnt[w] / steps : 0.0;
+  if (kFlags & kSplit) {  // warpgroup 0 the products, 1 the softmax
     std::printf("%-44s D %3d kv %3d: products %5.0f, softmax %5.0f cycles / step (own warpgroup)\n", name, kD, kBN,
-                cnt[0] ? per[0] / cnt[0] / steps : 0.0, cnt[1] ? per[1] / cnt[1] / steps : 0.0);
-    CK(cudaFree(d_cycles));
-    CK(cudaFree(d_sink));
-    CK(cudaFree(d_kv));
-    return;
+                per[0], per[1]);
+  } else {
+    // "Attention TFLOP/s": both warpgroups' S and P.V counted per step whatever the flags, so the
+    // figure compares with the kernel rows of docs/h200-logs/44-* (4 . 64 rows . kBN . kD per warpgroup).
+    const double flops = 2.0 * 4.0 * 64 * kBN * kD * steps * sms;
+    const int n = cnt[0] + cnt[1];
+    const double cps = n ? (per[0] * cnt[0] + per[1] * cnt[1]) / n : 0.0;
+    std::printf("%-44s D %3d kv %3d: %5.0f cycles / step (%d wg), %6.1f ns / step, %4.0f MHz, %5.0f TFLOP/s eq.\n",
+                name, kD, kBN, cps, n / sms, ms * 1e6 / steps, cps * steps / (ms * 1e3), flops / (ms * 1e-3) / 1e12);
   }
-  double sum = 0;
-  int n = 0;
-  for (long long c : cyc)
-    if (c > 0) sum += static_cast<double>(c), ++n;
-  // "Attention TFLOP/s": both warpgroups' S and P.V counted per step whatever the flags, so the
-  // figure compares with the kernel rows of docs/h200-logs/44-* (4 . 64 rows . kBN . kD per warpgroup).
-  const double flops = 2.0 * 4.0 * 64 * kBN * kD * steps * sms;
-  const double cps = n ? sum / n / steps : 0.0;
-  std::printf("%-44s D %3d kv %3d: %5.0f cycles / step (%d wg), %6.1f ns / step, %4.0f MHz, %5.0f TFLOP/s eq.\n",
-              name, kD, kBN, cps, n / sms, ms * 1e6 / steps, cps * steps / (ms * 1e3), flops / (ms * 1e-3) / 1e12);
   CK(cudaFree(d_cycles));
   CK(cudaFree(d_sink));
   CK(cudaFree(d_kv));
