@@ -429,11 +429,14 @@ struct FwdPipelineNvWgmma {
     // groups makes ptxas serialize all wgmmas (C7513), which undoes the overlap with the softmax.
     // (32-key step kk reads bytes 32kk.. of Vt's rows: 64-byte column block kk / 2; the ones tile
     // is 64 columns wide and all ones, so every odd step reads its second half.)
+    // B of P.V's 32-key step kk in ring slot `slot`: the Vt tile's descriptor.
+    FP8ATTN_DEVICE uint64_t vt_desc(int slot, int kk) const {
+      return dvt0 + ((slot * Policy::kVtBytes) >> 4) + (VT::offset(kD, 0, 32 * kk) >> 4);
+    }
     FP8ATTN_DEVICE void issue_pv(float (&acc)[kD / 2], float (&lt)[4], const uint32_t (&pa)[kPWords], int slot) const {
-      const uint64_t dv = dvt0 + ((slot * Policy::kVtBytes) >> 4);
 #pragma unroll
       for (int kk = 0; kk < kBN / 32; ++kk) {
-        nv::Wgmma<kD>::rs(acc, pa + 4 * kk, dv + ((VT::offset(kD, 0, 32 * kk)) >> 4), 1);
+        nv::Wgmma<kD>::rs(acc, pa + 4 * kk, vt_desc(slot, kk), 1);
         if (kk == 0)
           nv::Wgmma<8>::rs_first(lt, pa, dones);
         else

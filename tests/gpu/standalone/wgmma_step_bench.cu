@@ -242,11 +242,10 @@ __global__ void __launch_bounds__(384, 1) step_bench(int steps, const uint8_t* k
     nv::wgmma_fence();
     if (kFlags & kS) cons.issue_qk(s, dq, (kFlags & kProducer) ? slot : 0);
     if constexpr ((kFlags & kPV) && (kFlags & kSmemP)) {
-      const uint64_t dv = cons.dvt0 + ((((kFlags & kProducer) ? slot : 0) * Policy::kVtBytes) >> 4);
 #pragma unroll
       for (int kk = 0; kk < kBN / 32; ++kk)
         nv::Wgmma<kD>::ss(acc, dp + (Pipe::Consumer::qk_step(64, kk) >> 4),
-                          dv + (Policy::VT::offset(kD, 0, 32 * kk) >> 4), 1);
+                          cons.vt_desc((kFlags & kProducer) ? slot : 0, kk), 1);
       nv::wgmma_commit();
     } else if (kFlags & kPV) {
       cons.issue_pv(acc, lt, pa, (kFlags & kProducer) ? slot : 0);
