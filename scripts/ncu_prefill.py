@@ -29,8 +29,8 @@ def main() -> int:
     gen = torch.Generator(device="cuda").manual_seed(0)
     q8, k8, v8 = (torch.randn(a.b, a.s, a.h, a.d, device="cuda", generator=gen).to(FN) for _ in range(3))
     ps, osc = torch.tensor([P_SCALE], device="cuda"), torch.tensor([OUT_SCALE], device="cuda")
-    out = torch.empty_like(q8)
-    ours = lambda: fp8attn.forward(q8, k8, v8, causal=a.causal, p_scale=ps, out_scale=osc, out=out)  # noqa: E731
+    call = dict(causal=a.causal, p_scale=ps, out_scale=osc, out=torch.empty_like(q8))
+    ours = lambda: fp8attn.forward(q8, k8, v8, **call)  # noqa: E731
     theirs, _ = cudnn_fp8_runner(*(x.transpose(1, 2).contiguous() for x in (q8, k8, v8)), a.causal,
                                  1.0 / math.sqrt(a.d))
     for _ in range(3):
@@ -42,8 +42,7 @@ def main() -> int:
     theirs()
     torch.cuda.synchronize()
     torch.cuda.cudart().cudaProfilerStop()
-    print("profiled: fp8attn", fp8attn.kernel_name(q8, k8, v8, causal=a.causal, p_scale=ps, out_scale=osc, out=out),
-          "and cuDNN FP8 SDPA")
+    print("profiled: fp8attn", fp8attn.kernel_name(q8, k8, v8, **call), "and cuDNN FP8 SDPA")
     return 0
 
 
