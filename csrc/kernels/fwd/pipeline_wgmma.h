@@ -405,7 +405,11 @@ struct FwdPipelineNvWgmma {
         : wg(w),
           dk0(QK::desc(k_buf(smem, 0), kBN, 0, 0)),
           dvt0(VT::desc(vt_buf(smem, 0), kD, 0, 0)),
-          dones(VT::desc(smem + Policy::kOffOnes, 8, 0, 0)) {}
+          dones(VT::desc(smem + Policy::kOffOnes, 8, 0, 0)) {
+      // Opaque to the compiler: otherwise ptxas rematerializes them from the shared window's base
+      // (S2UR SR_CgaCtaId, address masks, 64-bit adds) in every step of the loop.
+      asm volatile("" : "+l"(dk0), "+l"(dvt0), "+l"(dones));
+    }
     // Byte offset of k step ks (32 bytes of d) in a Q or K tile of `rows` rows.
     FP8ATTN_HD static constexpr int qk_step(int rows, int ks) {
       return (32 * ks / Policy::kSw) * rows * Policy::kSw + (32 * ks) % Policy::kSw;
