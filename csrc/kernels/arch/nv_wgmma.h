@@ -68,6 +68,17 @@ FP8ATTN_DEVICE void mbar_wait(uint64_t* bar, uint32_t parity) {
       "r"(parity)
       : "memory");
 }
+// mbar_wait for two barriers at once: both tested before one branch, so the two round trips to the
+// barriers overlap instead of following each other.
+FP8ATTN_DEVICE void mbar_wait2(uint64_t* a, uint32_t parity_a, uint64_t* b, uint32_t parity_b) {
+  asm volatile(
+      "{\n.reg .pred da, db;\nWAIT2:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 da, [%0], %1;\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 db, [%2], %3;\n"
+      "@!da bra WAIT2;\n@!db bra WAIT2;\n}\n" ::"r"(smem_addr(a)),
+      "r"(parity_a), "r"(smem_addr(b)), "r"(parity_b)
+      : "memory");
+}
 // Arrives on `bar` and raises the phase's expected transaction count by `bytes` (sm_90+).
 FP8ATTN_DEVICE void mbar_arrive_expect_tx(uint64_t* bar, uint32_t bytes) {
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(bytes) : "memory");

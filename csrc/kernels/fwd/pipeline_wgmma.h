@@ -505,9 +505,8 @@ struct FwdPipelineNvWgmma {
           // Both waits come before the fence: a branch (the mbarrier spin) inside the stage
           // between wgmma.fence and the last wgmma makes ptxas serialize every wgmma (C7519/C7513).
           FP8ATTN_TRACE(kTraceConsumerStepWait);
-          nv::mbar_wait(&bars->k_full[nslot], nphase);
+          nv::mbar_wait2(&bars->k_full[nslot], nphase, &bars->v_full[slot], phase);
           FP8ATTN_TRACE(kTraceConsumerStepK);
-          nv::mbar_wait(&bars->v_full[slot], phase);
           FP8ATTN_TRACE(kTraceConsumerStepGo);
           nv::fence_operands(acc);
           nv::fence_operands(pa);
