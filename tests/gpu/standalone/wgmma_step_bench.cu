@@ -24,6 +24,16 @@ __device__ void named_barrier_arrive(int id, int threads) {
   asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 
+// nv::mbar_wait with mbarrier.test_wait, which returns at once (the warp polls, never suspended).
+__device__ void mbar_poll(uint64_t* bar, uint32_t parity) {
+  asm volatile(
+      "{\n.reg .pred done;\nPOLL:\n"
+      "mbarrier.test_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra POLL;\n}\n" ::"r"(nv::smem_addr(bar)),
+      "r"(parity)
+      : "memory");
+}
+
 enum StepFlags : int {
   kS = 1,          // issue S = Q.K^T
   kPV = 2,         // issue O += P8.Vt, l += P8.1
@@ -40,7 +50,8 @@ enum StepFlags : int {
   kWaitFull = 512,   // with kProducer: consumers wait k_full / v_full as in the kernel
   kLockstep = 1024,  // both consumer warpgroups meet at a named barrier every step
   kNoTranspose = 2048,  // with kProducer: V copied straight into Vt (as if pre-transposed in memory)
-  kNoCopy = 4096,       // with kProducer: no copies, only the transpose
+  kNoCopy = 4096,       // with kProducer: no copies, only the transpose (kTma | kNoTranspose: only the
+                        // full barriers' arrivals, so a tile is "there" as soon as its slot is free)
   kTma = 8192,          // with kProducer: each tile's K and V by two bulk copies of one thread (the copy
                         // engine; layouts not swizzled: timing only), completed on mbarriers
   kOffsetStart = 16384,  // warpgroup 1 starts once warpgroup 0's first softmax is done (half a step apart:
@@ -54,6 +65,8 @@ enum StepFlags : int {
                     // thread after the softmax, fenced, the warpgroup's warps met (timing only: the
                     // layout is not P.V's; Vraw of slot 0 holds it, which a transposing producer also
                     // uses -- a race that only changes bytes -- and rings have none)
+  kSpin = 524288,  // with kWaitFull: the consumers poll the full barriers with mbarrier.test_wait (never
+                   // suspended) instead of try_wait
 };
 constexpr int kExtraSmem = 256;  // the bulk copies' V-landed mbarriers, past the pipeline's
 
@@ -105,7 +118,10 @@ __device__ void produce(int steps, const uint8_t* kv, uint8_t* smem, typename Pi
     const int tile = g % (8192 / kBN);
     if constexpr ((kFlags & kTma) != 0) {
       const uint8_t* ksrc = head + static_cast<size_t>(tile) * kBN * kD;
-      if (tid == 0) {
+      if ((kFlags & kNoCopy) && (kFlags & kNoTranspose)) {
+        nv::mbar_arrive(&bars->k_full[s]);
+        nv::mbar_arrive(&bars->v_full[s]);
+      } else if (tid == 0) {
         nv::mbar_arrive_expect_tx(&bars->k_full[s], kBN * kD);
         nv::bulk_copy_g2s(Pipe::k_buf(smem, s), ksrc, kBN * kD, &bars->k_full[s]);
         uint64_t* vbar = (kFlags & kNoTranspose) ? &bars->v_full[s] : &vland[s];
@@ -233,7 +249,10 @@ __global__ void __launch_bounds__(384, 1) step_bench(int steps, const uint8_t* k
     if (kFlags & kTurns) take_turn();
     if (kFlags & kLockstep) nv::named_barrier_sync(3, 256);
     const int slot = i % Policy::kStages;
-    if (kFlags & kWaitFull) {
+    if ((kFlags & kWaitFull) && (kFlags & kSpin)) {
+      mbar_poll(&bars->k_full[slot], (i / Policy::kStages) & 1);
+      mbar_poll(&bars->v_full[slot], (i / Policy::kStages) & 1);
+    } else if (kFlags & kWaitFull) {
       nv::mbar_wait(&bars->k_full[slot], (i / Policy::kStages) & 1);
       nv::mbar_wait(&bars->v_full[slot], (i / Policy::kStages) & 1);
     }
@@ -372,6 +391,9 @@ int main(int argc, char** argv) {
   run<128, 128, kAll | kR | kBox>("+ producer and tile waits", steps, sms);
   run<128, 128, kAll | kR | kBox | kTma>("+ producer by TMA and tile waits", steps, sms);
   run<128, 128, kAll | kR | kBox | kTma | kNT>("+ TMA, tile waits, V pre-transposed", steps, sms);
+  run<128, 128, kAll | kR | kBox | kTma | kNT | kNoCopy>("  the same, barriers only (no copies)", steps, sms);
+  run<128, 128, kAll | kR | kBox | kTma | kNT | kSpin>("  the same, full barriers polled", steps, sms);
+  run<128, 128, kAll | kR | kBox | kTma | kSpin>("+ producer by TMA, waits polled", steps, sms);
   run<128, 128, kAll | kR | kBox | kTma | kNT, 4>("  the same, 4 stages without Vraw", steps, sms);
   run<128, 128, kAll | kR | kBox | kTma | kNT, 5>("  the same, 5 stages", steps, sms);
   run<128, 128, kAll | kR | kBox | kTma | kNT, 6>("  the same, 6 stages", steps, sms);
