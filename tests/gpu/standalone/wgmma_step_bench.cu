@@ -34,6 +34,27 @@ __device__ void mbar_poll(uint64_t* bar, uint32_t parity) {
       : "memory");
 }
 
+// Both full barriers of a step tested before one branch: one round trip to the barriers, not two.
+template <bool kPoll>
+__device__ void mbar_wait_pair(uint64_t* a, uint64_t* b, uint32_t parity) {
+  if constexpr (kPoll)
+    asm volatile(
+        "{\n.reg .pred da, db;\nPAIR:\n"
+        "mbarrier.test_wait.parity.shared::cta.b64 da, [%0], %2;\n"
+        "mbarrier.test_wait.parity.shared::cta.b64 db, [%1], %2;\n"
+        "@!da bra PAIR;\n@!db bra PAIR;\n}\n" ::"r"(nv::smem_addr(a)),
+        "r"(nv::smem_addr(b)), "r"(parity)
+        : "memory");
+  else
+    asm volatile(
+        "{\n.reg .pred da, db;\nPAIR:\n"
+        "mbarrier.try_wait.parity.shared::cta.b64 da, [%0], %2;\n"
+        "mbarrier.try_wait.parity.shared::cta.b64 db, [%1], %2;\n"
+        "@!da bra PAIR;\n@!db bra PAIR;\n}\n" ::"r"(nv::smem_addr(a)),
+        "r"(nv::smem_addr(b)), "r"(parity)
+        : "memory");
+}
+
 enum StepFlags : int {
   kS = 1,          // issue S = Q.K^T
   kPV = 2,         // issue O += P8.Vt, l += P8.1
@@ -65,7 +86,9 @@ enum StepFlags : int {
                     // thread after the softmax, fenced, the warpgroup's warps met (timing only: the
                     // layout is not P.V's; Vraw of slot 0 holds it, which a transposing producer also
                     // uses -- a race that only changes bytes -- and rings have none)
-  kSpin = 524288,  // with kWaitFull: the consumers poll the full barriers with mbarrier.test_wait (never
+  kPair = 1 << 20,   // with kWaitFull: both full barriers tested before one branch (mbar_wait_pair)
+  kOnlyK = 1 << 21,  // with kWaitFull: only k_full waited for (the cost of one wait)
+  kSpin = 1 << 19,  // with kWaitFull: the consumers poll the full barriers with mbarrier.test_wait (never
                    // suspended) instead of try_wait
 };
 constexpr int kExtraSmem = 256;  // the bulk copies' V-landed mbarriers, past the pipeline's
@@ -249,7 +272,11 @@ __global__ void __launch_bounds__(384, 1) step_bench(int steps, const uint8_t* k
     if (kFlags & kTurns) take_turn();
     if (kFlags & kLockstep) nv::named_barrier_sync(3, 256);
     const int slot = i % Policy::kStages;
-    if ((kFlags & kWaitFull) && (kFlags & kSpin)) {
+    if ((kFlags & kWaitFull) && (kFlags & kPair)) {
+      mbar_wait_pair<(kFlags & kSpin) != 0>(&bars->k_full[slot], &bars->v_full[slot], (i / Policy::kStages) & 1);
+    } else if ((kFlags & kWaitFull) && (kFlags & kOnlyK)) {
+      nv::mbar_wait(&bars->k_full[slot], (i / Policy::kStages) & 1);
+    } else if ((kFlags & kWaitFull) && (kFlags & kSpin)) {
       mbar_poll(&bars->k_full[slot], (i / Policy::kStages) & 1);
       mbar_poll(&bars->v_full[slot], (i / Policy::kStages) & 1);
     } else if (kFlags & kWaitFull) {
@@ -393,6 +420,10 @@ int main(int argc, char** argv) {
   run<128, 128, kAll | kR | kBox | kTma | kNT>("+ TMA, tile waits, V pre-transposed", steps, sms);
   run<128, 128, kAll | kR | kBox | kTma | kNT | kNoCopy>("  the same, barriers only (no copies)", steps, sms);
   run<128, 128, kAll | kR | kBox | kTma | kNT | kSpin>("  the same, full barriers polled", steps, sms);
+  run<128, 128, kAll | kR | kBox | kTma | kNT | kOnlyK>("  the same, only k_full waited for", steps, sms);
+  run<128, 128, kAll | kR | kBox | kTma | kNT | kPair>("  the same, both tested, one branch", steps, sms);
+  run<128, 128, kAll | kR | kBox | kTma | kNT | kPair | kSpin>("  the same, both polled, one branch", steps, sms);
+  run<128, 128, kAll | kR | kBox | kTma | kNT | kNoCopy | kOnlyK>("  barriers only, only k_full", steps, sms);
   run<128, 128, kAll | kR | kBox | kTma | kSpin>("+ producer by TMA, waits polled", steps, sms);
   run<128, 128, kAll | kR | kBox | kTma | kNT, 4>("  the same, 4 stages without Vraw", steps, sms);
   run<128, 128, kAll | kR | kBox | kTma | kNT, 5>("  the same, 5 stages", steps, sms);
