@@ -1,0 +1,92 @@
+"""Power draw and SM clock while fp8attn and cuDNN's FP8 SDPA each run one prefill shape back to back.
+
+    python3 scripts/power_clock.py [--d 128] [--causal] [--seconds 4]
+
+Inputs, scales and the cuDNN graph are those of ``python -m fp8attn.bench``. Each kernel runs for
+``--seconds`` after a warm-up while ``nvidia-smi`` samples power, clock and the clock-event reasons every
+100 ms; printed per kernel: TFLOP/s, the mean power and SM clock of the samples, and the cycles per call
+that clock implies. Both kernels near the board's power limit means their speed is set by energy per call,
+not by cycles alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import subprocess
+import time
+
+import torch
+
+import fp8attn
+from fp8attn.bench import FN, OUT_SCALE, P_SCALE, cudnn_fp8_runner
+
+FIELDS = ("power.draw,power.limit,clocks.sm,temperature.gpu,clocks_event_reasons.sw_power_cap,"
+          "clocks_event_reasons.hw_slowdown,clocks_event_reasons.sw_thermal_slowdown")
+BASIC = "power.draw,power.limit,clocks.sm,temperature.gpu"
+
+
+def sampled(run, seconds: float, fields: str) -> tuple[int, float, list[list[str]]]:
+    """Calls ``run`` for ``seconds`` under an nvidia-smi sampler: (calls, elapsed s, sample rows)."""
+    smi = subprocess.Popen(["nvidia-smi", f"--query-gpu={fields}", "--format=csv,noheader,nounits", "-lms", "100"],
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    torch.cuda.synchronize()
+    n, t0 = 0, time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        for _ in range(10):
+            run()
+        n += 10
+        torch.cuda.synchronize()
+    dt = time.perf_counter() - t0
+    smi.terminate()
+    out = smi.communicate()[0]
+    rows = [[c.strip() for c in line.split(",")] for line in out.splitlines() if line.strip()]
+    return n, dt, rows
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--b", type=int, default=1)
+    ap.add_argument("--h", type=int, default=32)
+    ap.add_argument("--s", type=int, default=8192)
+    ap.add_argument("--d", type=int, default=128)
+    ap.add_argument("--causal", action="store_true")
+    ap.add_argument("--seconds", type=float, default=4.0)
+    a = ap.parse_args()
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    q8, k8, v8 = (torch.randn(a.b, a.s, a.h, a.d, device="cuda", generator=gen).to(FN) for _ in range(3))
+    ps, osc = torch.tensor([P_SCALE], device="cuda"), torch.tensor([OUT_SCALE], device="cuda")
+    call = dict(causal=a.causal, p_scale=ps, out_scale=osc, out=torch.empty_like(q8))
+    ours = lambda: fp8attn.forward(q8, k8, v8, **call)  # noqa: E731
+    theirs, _ = cudnn_fp8_runner(*(x.transpose(1, 2).contiguous() for x in (q8, k8, v8)), a.causal,
+                                 1.0 / math.sqrt(a.d))
+    flops = 4.0 * a.b * a.h * a.s * a.s * a.d / (2 if a.causal else 1)
+    fields = FIELDS
+    probe = subprocess.run(["nvidia-smi", f"--query-gpu={fields}", "--format=csv,noheader,nounits"],
+                           capture_output=True, text=True)
+    if probe.returncode != 0:
+        fields = BASIC
+    print(f"B={a.b} H={a.h} S={a.s} D={a.d} causal={a.causal}; nvidia-smi fields: {fields}")
+    for name, run in (("fp8attn", ours), ("cuDNN FP8", theirs), ("fp8attn again", ours)):
+        sampled(run, 1.0, fields)  # warm-up to a steady temperature and clock
+        n, dt, rows = sampled(run, a.seconds, fields)
+        good = [r for r in rows if len(r) >= 3 and r[0].replace(".", "").isdigit()]
+        good = good[2:] or good  # the first samples may straddle the start
+        power = sum(float(r[0]) for r in good) / max(len(good), 1)
+        clock = sum(float(r[2]) for r in good) / max(len(good), 1)
+        per_call = dt / n
+        print(f"{name:14s} {flops / per_call / 1e12:7.1f} TFLOP/s  {per_call * 1e3:7.3f} ms/call  "
+              f"power {power:6.1f} W (limit {good[0][1] if good else '?'})  SM clock {clock:6.0f} MHz  "
+              f"{clock * 1e6 * per_call / 1e6:7.3f} Mcycles/call  samples {len(good)}")
+        reasons = {}
+        for r in good:
+            key = ",".join(r[4:]) if len(r) > 4 else ""
+            reasons[key] = reasons.get(key, 0) + 1
+        if fields == FIELDS:
+            print(f"{'':14s} clock-event reasons (sw_power_cap, hw_slowdown, sw_thermal) -> samples: {reasons}; "
+                  f"temperature {good[-1][3] if good else '?'} C")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
