@@ -34,25 +34,15 @@ __device__ void mbar_poll(uint64_t* bar, uint32_t parity) {
       : "memory");
 }
 
-// Both full barriers of a step tested before one branch: one round trip to the barriers, not two.
-template <bool kPoll>
-__device__ void mbar_wait_pair(uint64_t* a, uint64_t* b, uint32_t parity) {
-  if constexpr (kPoll)
-    asm volatile(
-        "{\n.reg .pred da, db;\nPAIR:\n"
-        "mbarrier.test_wait.parity.shared::cta.b64 da, [%0], %2;\n"
-        "mbarrier.test_wait.parity.shared::cta.b64 db, [%1], %2;\n"
-        "@!da bra PAIR;\n@!db bra PAIR;\n}\n" ::"r"(nv::smem_addr(a)),
-        "r"(nv::smem_addr(b)), "r"(parity)
-        : "memory");
-  else
-    asm volatile(
-        "{\n.reg .pred da, db;\nPAIR:\n"
-        "mbarrier.try_wait.parity.shared::cta.b64 da, [%0], %2;\n"
-        "mbarrier.try_wait.parity.shared::cta.b64 db, [%1], %2;\n"
-        "@!da bra PAIR;\n@!db bra PAIR;\n}\n" ::"r"(nv::smem_addr(a)),
-        "r"(nv::smem_addr(b)), "r"(parity)
-        : "memory");
+// nv::mbar_wait2 with test_wait: both full barriers polled before one branch.
+__device__ void mbar_poll2(uint64_t* a, uint64_t* b, uint32_t parity) {
+  asm volatile(
+      "{\n.reg .pred da, db;\nPOLL2:\n"
+      "mbarrier.test_wait.parity.shared::cta.b64 da, [%0], %2;\n"
+      "mbarrier.test_wait.parity.shared::cta.b64 db, [%1], %2;\n"
+      "@!da bra POLL2;\n@!db bra POLL2;\n}\n" ::"r"(nv::smem_addr(a)),
+      "r"(nv::smem_addr(b)), "r"(parity)
+      : "memory");
 }
 
 enum StepFlags : int {
@@ -86,7 +76,7 @@ enum StepFlags : int {
                     // thread after the softmax, fenced, the warpgroup's warps met (timing only: the
                     // layout is not P.V's; Vraw of slot 0 holds it, which a transposing producer also
                     // uses -- a race that only changes bytes -- and rings have none)
-  kPair = 1 << 20,   // with kWaitFull: both full barriers tested before one branch (mbar_wait_pair)
+  kPair = 1 << 20,   // with kWaitFull: both full barriers tested before one branch (nv::mbar_wait2)
   kOnlyK = 1 << 21,  // with kWaitFull: only k_full waited for (the cost of one wait)
   kSpin = 1 << 19,  // with kWaitFull: the consumers poll the full barriers with mbarrier.test_wait (never
                    // suspended) instead of try_wait
@@ -273,7 +263,11 @@ __global__ void __launch_bounds__(384, 1) step_bench(int steps, const uint8_t* k
     if (kFlags & kLockstep) nv::named_barrier_sync(3, 256);
     const int slot = i % Policy::kStages;
     if ((kFlags & kWaitFull) && (kFlags & kPair)) {
-      mbar_wait_pair<(kFlags & kSpin) != 0>(&bars->k_full[slot], &bars->v_full[slot], (i / Policy::kStages) & 1);
+      const uint32_t parity = (i / Policy::kStages) & 1;
+      if (kFlags & kSpin)
+        mbar_poll2(&bars->k_full[slot], &bars->v_full[slot], parity);
+      else
+        nv::mbar_wait2(&bars->k_full[slot], parity, &bars->v_full[slot], parity);
     } else if ((kFlags & kWaitFull) && (kFlags & kOnlyK)) {
       nv::mbar_wait(&bars->k_full[slot], (i / Policy::kStages) & 1);
     } else if ((kFlags & kWaitFull) && (kFlags & kSpin)) {
