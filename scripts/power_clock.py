@@ -12,14 +12,11 @@ not by cycles alone.
 from __future__ import annotations
 
 import argparse
-import math
 import subprocess
 import time
 
 import torch
-
-import fp8attn
-from fp8attn.bench import FN, OUT_SCALE, P_SCALE, cudnn_fp8_runner
+from prefill_pair import add_shape_args, prefill_pair
 
 FIELDS = ("power.draw,power.limit,clocks.sm,temperature.gpu,clocks_event_reasons.sw_power_cap,"
           "clocks_event_reasons.hw_slowdown,clocks_event_reasons.sw_thermal_slowdown")
@@ -46,20 +43,10 @@ def sampled(run, seconds: float, fields: str) -> tuple[int, float, list[list[str
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--b", type=int, default=1)
-    ap.add_argument("--h", type=int, default=32)
-    ap.add_argument("--s", type=int, default=8192)
-    ap.add_argument("--d", type=int, default=128)
-    ap.add_argument("--causal", action="store_true")
+    add_shape_args(ap)
     ap.add_argument("--seconds", type=float, default=4.0)
     a = ap.parse_args()
-    gen = torch.Generator(device="cuda").manual_seed(0)
-    q8, k8, v8 = (torch.randn(a.b, a.s, a.h, a.d, device="cuda", generator=gen).to(FN) for _ in range(3))
-    ps, osc = torch.tensor([P_SCALE], device="cuda"), torch.tensor([OUT_SCALE], device="cuda")
-    call = dict(causal=a.causal, p_scale=ps, out_scale=osc, out=torch.empty_like(q8))
-    ours = lambda: fp8attn.forward(q8, k8, v8, **call)  # noqa: E731
-    theirs, _ = cudnn_fp8_runner(*(x.transpose(1, 2).contiguous() for x in (q8, k8, v8)), a.causal,
-                                 1.0 / math.sqrt(a.d))
+    ours, theirs, _ = prefill_pair(a)
     flops = 4.0 * a.b * a.h * a.s * a.s * a.d / (2 if a.causal else 1)
     fields = FIELDS
     probe = subprocess.run(["nvidia-smi", f"--query-gpu={fields}", "--format=csv,noheader,nounits"],
