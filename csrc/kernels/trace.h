@@ -26,9 +26,8 @@ enum TraceEvent : int {
   kTraceConsumerItem = 10,       // a work item starts
   kTraceConsumerQ = 11,          // q_full passed
   kTraceConsumerFirstK = 12,     // the first tile's k_full passed
-  kTraceConsumerStepWait = 13,   // a KV step waits for its tiles: the next K, ...
-  kTraceConsumerStepK = 26,      // ... has it, waits for this tile's V ...
-  kTraceConsumerStepGo = 16,     // ... and has it
+  kTraceConsumerStepWait = 13,   // a KV step waits for its tiles (the next K and this V) ...
+  kTraceConsumerStepGo = 16,     // ... and has them
   kTraceConsumerStepDone = 17,   // its P.V retired (issue, S, softmax, P.V wait)
   kTraceConsumerLoopDone = 14,   // the item's last P.V retired
   kTraceConsumerStored = 15,     // the epilogue is done
@@ -62,8 +61,7 @@ inline const char* trace_event_name(int e) {
     case kTraceConsumerQ: return "C q_full";
     case kTraceConsumerFirstK: return "C first k_full";
     case kTraceConsumerStepWait: return "C step start";
-    case kTraceConsumerStepK: return "C k_full (next K)";
-    case kTraceConsumerStepGo: return "C v_full (this V)";
+    case kTraceConsumerStepGo: return "C k_full + v_full";
     case kTraceConsumerStepDone: return "C step body done";
     case kTraceConsumerLoopDone: return "C last P.V done";
     case kTraceConsumerStored: return "C epilogue done";

@@ -506,7 +506,6 @@ struct FwdPipelineNvWgmma {
           // between wgmma.fence and the last wgmma makes ptxas serialize every wgmma (C7519/C7513).
           FP8ATTN_TRACE(kTraceConsumerStepWait);
           nv::mbar_wait2(&bars->k_full[nslot], nphase, &bars->v_full[slot], phase);
-          FP8ATTN_TRACE(kTraceConsumerStepK);
           FP8ATTN_TRACE(kTraceConsumerStepGo);
           nv::fence_operands(acc);
           nv::fence_operands(pa);
