@@ -76,10 +76,10 @@ enum StepFlags : int {
                     // thread after the softmax, fenced, the warpgroup's warps met (timing only: the
                     // layout is not P.V's; Vraw of slot 0 holds it, which a transposing producer also
                     // uses -- a race that only changes bytes -- and rings have none)
+  kSpin = 1 << 19,   // with kWaitFull: the consumers poll the full barriers with mbarrier.test_wait (never
+                     // suspended) instead of try_wait
   kPair = 1 << 20,   // with kWaitFull: both full barriers tested before one branch (nv::mbar_wait2)
   kOnlyK = 1 << 21,  // with kWaitFull: only k_full waited for (the cost of one wait)
-  kSpin = 1 << 19,  // with kWaitFull: the consumers poll the full barriers with mbarrier.test_wait (never
-                   // suspended) instead of try_wait
 };
 constexpr int kExtraSmem = 256;  // the bulk copies' V-landed mbarriers, past the pipeline's
 
@@ -262,20 +262,20 @@ __global__ void __launch_bounds__(384, 1) step_bench(int steps, const uint8_t* k
     if (kFlags & kTurns) take_turn();
     if (kFlags & kLockstep) nv::named_barrier_sync(3, 256);
     const int slot = i % Policy::kStages;
-    if ((kFlags & kWaitFull) && (kFlags & kPair)) {
+    if (kFlags & kWaitFull) {
       const uint32_t parity = (i / Policy::kStages) & 1;
-      if (kFlags & kSpin)
-        mbar_poll2(&bars->k_full[slot], &bars->v_full[slot], parity);
-      else
-        nv::mbar_wait2(&bars->k_full[slot], parity, &bars->v_full[slot], parity);
-    } else if ((kFlags & kWaitFull) && (kFlags & kOnlyK)) {
-      nv::mbar_wait(&bars->k_full[slot], (i / Policy::kStages) & 1);
-    } else if ((kFlags & kWaitFull) && (kFlags & kSpin)) {
-      mbar_poll(&bars->k_full[slot], (i / Policy::kStages) & 1);
-      mbar_poll(&bars->v_full[slot], (i / Policy::kStages) & 1);
-    } else if (kFlags & kWaitFull) {
-      nv::mbar_wait(&bars->k_full[slot], (i / Policy::kStages) & 1);
-      nv::mbar_wait(&bars->v_full[slot], (i / Policy::kStages) & 1);
+      uint64_t *kb = &bars->k_full[slot], *vb = &bars->v_full[slot];
+      if ((kFlags & kPair) && (kFlags & kSpin)) {
+        mbar_poll2(kb, vb, parity);
+      } else if (kFlags & kPair) {
+        nv::mbar_wait2(kb, parity, vb, parity);
+      } else if (kFlags & kSpin) {
+        mbar_poll(kb, parity);
+        mbar_poll(vb, parity);
+      } else {
+        nv::mbar_wait(kb, parity);
+        if (!(kFlags & kOnlyK)) nv::mbar_wait(vb, parity);
+      }
     }
     nv::fence_operands(acc);
     nv::fence_operands(pa);
