@@ -426,6 +426,10 @@ struct FwdPipelineNvWgmma {
         nv::Wgmma<kBN>::ss(s, dq + (qk_step(Policy::kBlockM, ks) >> 4), dk + (qk_step(kBN, ks) >> 4), 1);
       nv::wgmma_commit();
     }
+    // B of P.V's 32-key step kk in ring slot `slot`: the Vt tile's descriptor.
+    FP8ATTN_DEVICE uint64_t vt_desc(int slot, int kk) const {
+      return dvt0 + ((slot * Policy::kVtBytes) >> 4) + (VT::offset(kD, 0, 32 * kk) >> 4);
+    }
     // Issues acc += P8.Vt and lt = P8.1 (this tile's row sums, promoted to fp32 by the caller:
     // the FP8 tensor cores' sums are not fp32-exact, so l must not accumulate there over all tiles).
     // No wgmma.fence of its own: in the loop it follows issue_qk under the caller's one fence, which
@@ -433,10 +437,6 @@ struct FwdPipelineNvWgmma {
     // groups makes ptxas serialize all wgmmas (C7513), which undoes the overlap with the softmax.
     // (32-key step kk reads bytes 32kk.. of Vt's rows: 64-byte column block kk / 2; the ones tile
     // is 64 columns wide and all ones, so every odd step reads its second half.)
-    // B of P.V's 32-key step kk in ring slot `slot`: the Vt tile's descriptor.
-    FP8ATTN_DEVICE uint64_t vt_desc(int slot, int kk) const {
-      return dvt0 + ((slot * Policy::kVtBytes) >> 4) + (VT::offset(kD, 0, 32 * kk) >> 4);
-    }
     FP8ATTN_DEVICE void issue_pv(float (&acc)[kD / 2], float (&lt)[4], const uint32_t (&pa)[kPWords], int slot) const {
 #pragma unroll
       for (int kk = 0; kk < kBN / 32; ++kk) {
