@@ -12,8 +12,10 @@ not by cycles alone.
 from __future__ import annotations
 
 import argparse
+import collections
 import subprocess
 import time
+from collections.abc import Callable
 
 import torch
 from prefill_pair import add_shape_args, prefill_pair
@@ -23,7 +25,7 @@ FIELDS = ("power.draw,power.limit,clocks.sm,temperature.gpu,clocks_event_reasons
 BASIC = "power.draw,power.limit,clocks.sm,temperature.gpu"
 
 
-def sampled(run, seconds: float, fields: str) -> tuple[int, float, list[list[str]]]:
+def sampled(run: Callable[[], object], seconds: float, fields: str) -> tuple[int, float, list[list[str]]]:
     """Calls ``run`` for ``seconds`` under an nvidia-smi sampler: (calls, elapsed s, sample rows)."""
     smi = subprocess.Popen(["nvidia-smi", f"--query-gpu={fields}", "--format=csv,noheader,nounits", "-lms", "100"],
                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -64,12 +66,9 @@ def main() -> int:
         per_call = dt / n
         print(f"{name:14s} {flops / per_call / 1e12:7.1f} TFLOP/s  {per_call * 1e3:7.3f} ms/call  "
               f"power {power:6.1f} W (limit {good[0][1] if good else '?'})  SM clock {clock:6.0f} MHz  "
-              f"{clock * 1e6 * per_call / 1e6:7.3f} Mcycles/call  samples {len(good)}")
-        reasons = {}
-        for r in good:
-            key = ",".join(r[4:]) if len(r) > 4 else ""
-            reasons[key] = reasons.get(key, 0) + 1
+              f"{clock * per_call:7.3f} Mcycles/call  samples {len(good)}")
         if fields == FIELDS:
+            reasons = dict(collections.Counter(",".join(r[4:]) for r in good))
             print(f"{'':14s} clock-event reasons (sw_power_cap, hw_slowdown, sw_thermal) -> samples: {reasons}; "
                   f"temperature {good[-1][3] if good else '?'} C")
     return 0
