@@ -22,6 +22,8 @@ def add_shape_args(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--s", type=int, default=8192)
     ap.add_argument("--d", type=int, default=128)
     ap.add_argument("--causal", action="store_true")
+    ap.add_argument("--layout", choices=["bshd", "bhsd"], default="bshd",
+                    help="fp8attn's memory layout of q / k / v / out (strided views; cuDNN always gets bhsd)")
 
 
 def prefill_pair(a: argparse.Namespace) -> tuple[Callable[[], object], Callable[[], object], str]:
@@ -29,7 +31,9 @@ def prefill_pair(a: argparse.Namespace) -> tuple[Callable[[], object], Callable[
     gen = torch.Generator(device="cuda").manual_seed(0)
     q8, k8, v8 = (torch.randn(a.b, a.s, a.h, a.d, device="cuda", generator=gen).to(FN) for _ in range(3))
     ps, osc = torch.tensor([P_SCALE], device="cuda"), torch.tensor([OUT_SCALE], device="cuda")
-    call = dict(causal=a.causal, p_scale=ps, out_scale=osc, out=torch.empty_like(q8))
     theirs, _ = cudnn_fp8_runner(*(x.transpose(1, 2).contiguous() for x in (q8, k8, v8)), a.causal,
                                  1.0 / math.sqrt(a.d))
+    if a.layout == "bhsd":  # each head's rows contiguous, as cuDNN reads them
+        q8, k8, v8 = (x.transpose(1, 2).contiguous().transpose(1, 2) for x in (q8, k8, v8))
+    call = dict(causal=a.causal, p_scale=ps, out_scale=osc, out=torch.empty_like(q8))
     return (lambda: fp8attn.forward(q8, k8, v8, **call)), theirs, fp8attn.kernel_name(q8, k8, v8, **call)
