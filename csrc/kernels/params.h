@@ -3,6 +3,8 @@
 #pragma once
 #include <cstdint>
 
+#include "fast_div.h"
+
 namespace fp8attn {
 
 // FP8 storage type of k, v (and q when it is FP8, and out when out_scale is given).
@@ -83,6 +85,10 @@ struct FwdParams {
   // box (pipeline_decode.h); prefill, dense / varlen K and V tiles in the wgmma operand swizzle
   // (pipeline_wgmma.h).
   int32_t kv_tma = 0;
+  // GPU kernels: the divisors of the per-work-item code (group = H / Hkv, Hkv, the m blocks and the
+  // (batch, kv head) count of the grid, its x extent), filled by the launcher (fwd/kernel.h,
+  // with_divisors: the m blocks depend on the kernel's block rows).
+  FastDiv div_group, div_heads_k, div_m_blocks, div_bh, div_items;
   alignas(64) unsigned char k_tmap[128] = {};
   alignas(64) unsigned char v_tmap[128] = {};
 };

@@ -58,7 +58,8 @@ struct EpilogueNvWgmma {
       const int r = 64 * wg + i / Policy::kChunks, ch = i % Policy::kChunks;
       const int32_t m = c.m0 + r;
       if (m >= c.rows) continue;
-      const int64_t off = out_offset(p, c.b, m / c.group, c.hkv * c.group + m % c.group) + 16 * ch;
+      const int32_t qrow = c.q_row(p, m);
+      const int64_t off = out_offset(p, c.b, qrow, c.q_head(m, qrow)) + 16 * ch;
       *reinterpret_cast<uint4*>(static_cast<uint8_t*>(p.out) + off) =
           *reinterpret_cast<const uint4*>(sQ + QK::offset(Policy::kBlockM, r, 16 * ch));
     }

@@ -19,28 +19,45 @@
 
 namespace fp8attn {
 
+// p with the divisors of the per-item code (params.h) for a kernel of Policy::kBlockM rows per block.
+template <class Policy>
+FwdParams with_divisors(const FwdParams& p) {
+  FwdParams q = p;
+  const int64_t group = p.num_heads / p.num_heads_k;
+  const int64_t m_blocks = (static_cast<int64_t>(p.seqlen_q) * group + Policy::kBlockM - 1) / Policy::kBlockM;
+  const int64_t n_bh = static_cast<int64_t>(p.batch) * p.num_heads_k;
+  const auto of = [](int64_t d) { return FastDiv::of(static_cast<uint32_t>(d > 1 ? d : 1)); };
+  q.div_group = of(group);
+  q.div_heads_k = of(p.num_heads_k);
+  q.div_m_blocks = of(m_blocks);
+  q.div_bh = of(n_bh);
+  q.div_items = of(m_blocks * n_bh);
+  return q;
+}
+
 // The BlockCtx of work item (x, split) (sequence, rows, mask, KV tile range of its split); false
 // when it has no rows (the grid covers the longest sequence).
 template <class Problem, class Policy>
 FP8ATTN_DEVICE bool make_block(const FwdParams& p, int32_t x, int32_t split, BlockCtx& c) {
-  c.group = p.num_heads / p.num_heads_k;
+  c.group = p.div_heads_k.div(p.num_heads);
   const int32_t m_blocks = (p.seqlen_q * c.group + Policy::kBlockM - 1) / Policy::kBlockM;
   const int32_t n_bh = p.batch * p.num_heads_k;
-  const int32_t bh = Problem::kHasMask ? x % n_bh : x / m_blocks;
-  const int32_t mb = Problem::kHasMask ? x / n_bh : x % m_blocks;
-  c.b = bh / p.num_heads_k;
-  c.hkv = bh % p.num_heads_k;
+  const int32_t hi = Problem::kHasMask ? p.div_bh.div(x) : p.div_m_blocks.div(x);
+  const int32_t bh = Problem::kHasMask ? x - hi * n_bh : hi;
+  const int32_t mb = Problem::kHasMask ? hi : x - hi * m_blocks;
+  c.b = p.div_heads_k.div(bh);
+  c.hkv = bh - c.b * p.num_heads_k;
   c.seq = SeqInfo::make(p, c.b);
   c.rows = c.seq.q_len * c.group;
   c.m0 = (m_blocks - 1 - mb) * Policy::kBlockM;
   if (c.m0 >= c.rows) return false;
-  c.qrow0 = c.m0 / c.group;
-  c.qrow1 = (min(c.m0 + Policy::kBlockM, c.rows) - 1) / c.group + 1;
+  c.qrow0 = c.q_row(p, c.m0);
+  c.qrow1 = c.q_row(p, min(c.m0 + Policy::kBlockM, c.rows) - 1) + 1;
   c.mask = Mask::make(p.window_left, p.window_right, p.is_causal, c.seq.q_len, c.seq.k_len);
   int32_t kb = 0, ke = c.seq.k_len;
   if (Problem::kHasMask) c.mask.key_range(c.qrow0, c.qrow1, &kb, &ke);
   const int32_t t_lo = kb / Policy::kBlockN, t_hi = ke > kb ? (ke + Policy::kBlockN - 1) / Policy::kBlockN : t_lo;
-  const int32_t per = (t_hi - t_lo + p.num_splits - 1) / p.num_splits;
+  const int32_t per = p.num_splits == 1 ? t_hi - t_lo : (t_hi - t_lo + p.num_splits - 1) / p.num_splits;
   c.split = split;
   c.tile_begin = min(t_hi, t_lo + split * per);
   c.tile_end = min(t_hi, c.tile_begin + per);
@@ -63,8 +80,8 @@ struct ThreadRows {
     for (int ri = 0; ri < kR; ++ri) {
       mrow[ri] = c.m0 + warp * Tile::kRowsPerWarp + Tile::row_in_warp(lane, ri);
       const int32_t mr = min(mrow[ri], c.rows - 1);
-      qrow[ri] = mr / c.group;
-      head[ri] = c.hkv * c.group + mr % c.group;
+      qrow[ri] = c.q_row(p, mr);
+      head[ri] = c.q_head(mr, qrow[ri]);
       const float q_descale = p.q_descale ? p.q_descale[head[ri] * p.q_descale_head_stride] : 1.f;
       logits[ri] = LogitsTransform::make(p.softmax_scale, q_descale * k_descale * Tile::kInvProductScale, p.softcap);
     }

@@ -26,7 +26,7 @@ __global__ void __launch_bounds__(Policy::kThreads, 1) fwd_kernel_wgmma(const __
   // consumers walk the same sequence (make_block is a pure function of the item). Computed in
   // each role's branch: values live across the register reallocation spilled at D 256.
   const auto items = [&](int32_t& nx, int32_t& total) {
-    const int32_t group = p.num_heads / p.num_heads_k;
+    const int32_t group = p.div_heads_k.div(p.num_heads);
     nx = (p.seqlen_q * group + Policy::kBlockM - 1) / Policy::kBlockM * p.batch * p.num_heads_k;
     total = nx * p.num_splits;
   };
@@ -40,7 +40,8 @@ __global__ void __launch_bounds__(Policy::kThreads, 1) fwd_kernel_wgmma(const __
     items(nx, total);
     for (int32_t item = blockIdx.x; item < total; item += gridDim.x) {
       BlockCtx c;
-      if (make_block<Problem, Policy>(p, item % nx, item / nx, c)) prod.item(p, c, smem, bars);
+      const int32_t split = p.div_items.div(item);
+      if (make_block<Problem, Policy>(p, item - split * nx, split, c)) prod.item(p, c, smem, bars);
     }
     prod.drain(smem, bars);
   } else {
@@ -53,7 +54,8 @@ __global__ void __launch_bounds__(Policy::kThreads, 1) fwd_kernel_wgmma(const __
     items(nx, total);
     for (int32_t item = blockIdx.x; item < total; item += gridDim.x) {
       BlockCtx c;
-      if (!make_block<Problem, Policy>(p, item % nx, item / nx, c)) continue;
+      const int32_t split = p.div_items.div(item);
+      if (!make_block<Problem, Policy>(p, item - split * nx, split, c)) continue;
       sc.v_descale = v_descale_of(p, c);  // used after the KV loop: its load latency is hidden
       ThreadRows<typename Policy::Tile> tr;
       tr.init(p, c, warp, lane);

@@ -32,7 +32,8 @@ struct IsPersistent<P, std::void_t<decltype(P::kPersistent)>> : std::bool_consta
 
 // One kernel of a (Problem, Policy): the forward grid, then the combine kernel when split.
 template <class Problem, class Policy, auto kKernel>
-void launch_kernel(const FwdParams& p, cudaStream_t stream) {
+void launch_kernel(const FwdParams& params, cudaStream_t stream) {
+  const FwdParams p = with_divisors<Policy>(params);
   // Once per kernel and process (not a stream operation: fine during graph capture).
   static const cudaError_t attr_err =
       cudaFuncSetAttribute(reinterpret_cast<const void*>(kKernel), cudaFuncAttributeMaxDynamicSharedMemorySize,

@@ -48,6 +48,10 @@ struct BlockCtx {
   int32_t qrow0, qrow1;       // query rows the block touches [qrow0, qrow1)
   int32_t split;                 // KV split index (0 when not split)
   int32_t tile_begin, tile_end;  // KV tiles this block (split) processes
+
+  // Packed row m: q row m / G of q head hkv * G + m % G (GQA packing, kernel.h).
+  FP8ATTN_DEVICE int32_t q_row(const FwdParams& p, int32_t m) const { return p.div_group.div(m); }
+  FP8ATTN_DEVICE int32_t q_head(int32_t m, int32_t qrow) const { return hkv * group + (m - qrow * group); }
 };
 
 // Chunk `ch` of packed row `r` of the block -- q row r / G of q head hkv * G + r % G (GQA
@@ -55,8 +59,8 @@ struct BlockCtx {
 FP8ATTN_DEVICE bool q_chunk_offset(const FwdParams& p, const BlockCtx& c, int r, int ch, int64_t* off, int32_t* h) {
   const int mrow = c.m0 + r;
   if (mrow >= c.rows) return false;
-  const int32_t qrow = mrow / c.group;
-  *h = c.hkv * c.group + mrow % c.group;
+  const int32_t qrow = c.q_row(p, mrow);
+  *h = c.q_head(mrow, qrow);
   *off = c.seq.q_offset + static_cast<int64_t>(qrow) * p.q_row_stride + static_cast<int64_t>(*h) * p.q_head_stride +
          ch * 16;
   return true;

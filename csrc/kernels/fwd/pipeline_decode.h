@@ -483,7 +483,7 @@ template <class Problem, class Policy>
 void launch_decode_with(const FwdParams& p, cudaStream_t stream, const DecodeLaunch& opt) {
   auto* kern = &fwd_kernel<Problem, Policy, FwdPipelineNvDecode<Problem, Policy>>;
   // Paged cache on sm_90+: whole-page TMA boxes when the layout allows (else per-row bulk copies).
-  FwdParams q = p;
+  FwdParams q = with_divisors<Policy>(p);
   if (p.block_table != nullptr && pdl_supported()) {
     q.kv_tma = nv::encode_page_map(q.k_tmap, p.k, p.head_dim, p.num_heads_k, p.page_block_size, p.num_cache_blocks,
                                    p.k_head_stride, p.k_row_stride, p.k_batch_stride, Policy::kRowStride) &&

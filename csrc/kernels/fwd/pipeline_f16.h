@@ -328,8 +328,8 @@ struct FwdPipelineNvF16 {
 #pragma unroll
       for (int ri = 0; ri < 2; ++ri) {
         const int32_t mr = min(c.m0 + g + 8 * ri, c.rows - 1);
-        qrow[ri] = mr / c.group;
-        const int32_t h = c.hkv * c.group + mr % c.group;
+        qrow[ri] = c.q_row(p, mr);
+        const int32_t h = c.q_head(mr, qrow[ri]);
         const float q_descale = p.q_descale ? p.q_descale[h * p.q_descale_head_stride] : 1.f;
         logits[ri] = LogitsTransform::make(p.softmax_scale, q_descale * k_descale, p.softcap);
       }
