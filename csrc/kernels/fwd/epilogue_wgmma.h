@@ -54,13 +54,16 @@ struct EpilogueNvWgmma {
       store_lse(p, c, tr, ri, rs.lse[ri], lane);
     }
     nv::named_barrier_sync(2 + wg, 128);  // ids 2.. : the producer's transpose uses 1
+    // Row 0 of the kv head's first q head, once (the sequence's offset is a load when varlen); per
+    // chunk only its row and its head within the group.
+    uint8_t* const out0 = static_cast<uint8_t*>(p.out) + out_offset(p, c.b, 0, c.hkv * c.group);
     for (int i = threadIdx.x % 128; i < 64 * Policy::kChunks; i += 128) {
       const int r = 64 * wg + i / Policy::kChunks, ch = i % Policy::kChunks;
       const int32_t m = c.m0 + r;
       if (m >= c.rows) continue;
       const int32_t qrow = c.q_row(p, m);
-      const int64_t off = out_offset(p, c.b, qrow, c.q_head(m, qrow)) + 16 * ch;
-      *reinterpret_cast<uint4*>(static_cast<uint8_t*>(p.out) + off) =
+      const int64_t off = qrow * p.o_row_stride + (m - qrow * c.group) * p.o_head_stride + 16 * ch;
+      *reinterpret_cast<uint4*>(out0 + off) =
           *reinterpret_cast<const uint4*>(sQ + QK::offset(Policy::kBlockM, r, 16 * ch));
     }
 #endif
