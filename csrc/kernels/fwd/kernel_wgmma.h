@@ -12,6 +12,23 @@
 
 namespace fp8attn {
 
+// A persistent block's work items: rounds of gridDim.x items in launch order, every other round in
+// reverse block order. Under a mask launch order is longest first, so plain round robin hands the low
+// blocks the longer items of every round (1 x 8192 causal: the last block ends ~6 % after the mean);
+// reversed rounds pair a round's longer item with the next round's shorter one.
+struct ItemWalk {
+  int32_t total, base = 0;
+  bool odd = false;
+  FP8ATTN_DEVICE int32_t item() const {
+    return base + static_cast<int32_t>(odd ? gridDim.x - 1 - blockIdx.x : blockIdx.x);
+  }
+  FP8ATTN_DEVICE bool more() const { return base < total && item() < total; }
+  FP8ATTN_DEVICE void next() {
+    base += static_cast<int32_t>(gridDim.x);
+    odd = !odd;
+  }
+};
+
 template <class Problem, class Policy, class Pipe>
 __global__ void __launch_bounds__(Policy::kThreads, 1) fwd_kernel_wgmma(const __grid_constant__ FwdParams p) {
 #if FP8ATTN_NV_WGMMA
@@ -22,7 +39,7 @@ __global__ void __launch_bounds__(Policy::kThreads, 1) fwd_kernel_wgmma(const __
   auto* bars = reinterpret_cast<typename Pipe::Barriers*>(smem + Policy::kOffBar);
   Pipe::init(smem, bars);
   __syncthreads();
-  // Work items (x, split) in launch order, round robin over the persistent blocks; producer and
+  // Work items (x, split) in launch order over the persistent blocks (ItemWalk); producer and
   // consumers walk the same sequence (make_block is a pure function of the item). Computed in
   // each role's branch: values live across the register reallocation spilled at D 256.
   const auto items = [&](int32_t& nx, int32_t& total) {
@@ -38,9 +55,9 @@ __global__ void __launch_bounds__(Policy::kThreads, 1) fwd_kernel_wgmma(const __
     typename Pipe::Producer prod(static_cast<int>(threadIdx.x), smem);
     int32_t nx, total;
     items(nx, total);
-    for (int32_t item = blockIdx.x; item < total; item += gridDim.x) {
+    for (ItemWalk w{total}; w.more(); w.next()) {
       BlockCtx c;
-      const int32_t split = p.div_items.div(item);
+      const int32_t item = w.item(), split = p.div_items.div(item);
       if (make_block<Problem, Policy>(p, item - split * nx, split, c)) prod.item(p, c, smem, bars);
     }
     prod.drain(smem, bars);
@@ -52,9 +69,9 @@ __global__ void __launch_bounds__(Policy::kThreads, 1) fwd_kernel_wgmma(const __
     typename Pipe::Consumer cons(warp / 4, smem);
     int32_t nx, total;
     items(nx, total);
-    for (int32_t item = blockIdx.x; item < total; item += gridDim.x) {
+    for (ItemWalk w{total}; w.more(); w.next()) {
       BlockCtx c;
-      const int32_t split = p.div_items.div(item);
+      const int32_t item = w.item(), split = p.div_items.div(item);
       if (!make_block<Problem, Policy>(p, item - split * nx, split, c)) continue;
       sc.v_descale = v_descale_of(p, c);  // used after the KV loop: its load latency is hidden
       ThreadRows<typename Policy::Tile> tr;
