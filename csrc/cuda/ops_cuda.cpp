@@ -109,6 +109,12 @@ FP8ATTN_FORWARD_SIGNATURE(forward_cuda) {
     p.o_accum = o_accum.data_ptr<float>();
     p.lse_accum = lse_accum.data_ptr<float>();
   }
+  // Varlen prefill balances its work items through a counter (the Hopper pipeline's dynamic order).
+  at::Tensor item_counter;
+  if (p.cu_seqlens_q && p.num_splits == 1) {
+    item_counter = at::empty({1}, q.options().dtype(at::kInt));
+    p.item_counter = item_counter.data_ptr<int32_t>();
+  }
   inst->launch(p, c10::cuda::getCurrentCUDAStream());
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   return plan.lse;

@@ -85,6 +85,9 @@ struct FwdParams {
   // box (pipeline_decode.h); prefill, dense / varlen K and V tiles in the wgmma operand swizzle
   // (pipeline_wgmma.h).
   int32_t kv_tma = 0;
+  // Hopper prefill: a counter for dynamic work-item scheduling (kernel_wgmma.h, ItemSource), zeroed
+  // by the launcher; null: the static order.
+  int32_t* item_counter = nullptr;
   // GPU kernels: the divisors of the per-work-item code (group = H / Hkv, Hkv, the m blocks and the
   // (batch, kv head) count of the grid, its x extent), filled by the launcher (fwd/kernel.h,
   // with_divisors: the m blocks depend on the kernel's block rows).

@@ -12,20 +12,29 @@
 
 namespace fp8attn {
 
-// A persistent block's work items: rounds of gridDim.x items in launch order, every other round in
-// reverse block order. Under a mask launch order is longest first, so plain round robin hands the low
-// blocks the longer items of every round (1 x 8192 causal: the last block ends ~6 % after the mean);
-// reversed rounds pair a round's longer item with the next round's shorter one.
-struct ItemWalk {
-  int32_t total, base = 0;
+// A persistent block's work items, walked by its producer, which publishes each non-empty one to the
+// consumers (Pipe::publish). Static: rounds of gridDim.x items in launch order, every other round in
+// reverse block order (under a mask launch order is longest first, so plain round robin hands the low
+// blocks the longer item of every round: at 1 x 8192 causal the last block ended ~6 % after the mean).
+// Dynamic (p.item_counter, zeroed by the launcher: varlen, whose launch order follows the longest
+// sequence and leaves static rounds ~10-20 % unbalanced): the first item is blockIdx.x, each next one
+// gridDim.x + the counter's next value, fetched by producer thread 0 and broadcast to the producer
+// warpgroup through shared memory (named barrier 4; two slots, so one barrier per fetch).
+struct ItemSource {
+  int32_t total, base = 0, fetches = 0;
   bool odd = false;
-  FP8ATTN_DEVICE int32_t item() const {
-    return base + static_cast<int32_t>(odd ? gridDim.x - 1 - blockIdx.x : blockIdx.x);
-  }
-  FP8ATTN_DEVICE bool more() const { return base < total && item() < total; }
-  FP8ATTN_DEVICE void next() {
-    base += static_cast<int32_t>(gridDim.x);
-    odd = !odd;
+  FP8ATTN_DEVICE int32_t first() const { return static_cast<int32_t>(blockIdx.x); }
+  // The next item; >= total: none left.
+  FP8ATTN_DEVICE int32_t next(const FwdParams& p, int32_t* fetched, int ptid) {
+    if (p.item_counter == nullptr) {
+      base += static_cast<int32_t>(gridDim.x);
+      odd = !odd;
+      return base + static_cast<int32_t>(odd ? gridDim.x - 1 - blockIdx.x : blockIdx.x);
+    }
+    const int i = fetches++ & 1;
+    if (ptid == 0) fetched[i] = static_cast<int32_t>(gridDim.x) + atomicAdd(p.item_counter, 1);
+    nv::named_barrier_sync(4, 128);  // ids 1 (producer transpose), 2.. (consumer epilogues) taken
+    return *const_cast<const volatile int32_t*>(&fetched[i]);
   }
 };
 
@@ -39,9 +48,8 @@ __global__ void __launch_bounds__(Policy::kThreads, 1) fwd_kernel_wgmma(const __
   auto* bars = reinterpret_cast<typename Pipe::Barriers*>(smem + Policy::kOffBar);
   Pipe::init(smem, bars);
   __syncthreads();
-  // Work items (x, split) in launch order over the persistent blocks (ItemWalk); producer and
-  // consumers walk the same sequence (make_block is a pure function of the item). Computed in
-  // each role's branch: values live across the register reallocation spilled at D 256.
+  // The work items (x, split) in launch order (ItemSource). Computed in each role's branch: values
+  // live across the register reallocation spilled at D 256.
   const auto items = [&](int32_t& nx, int32_t& total) {
     const int32_t group = p.div_heads_k.div(p.num_heads);
     nx = (p.seqlen_q * group + Policy::kBlockM - 1) / Policy::kBlockM * p.batch * p.num_heads_k;
@@ -55,12 +63,13 @@ __global__ void __launch_bounds__(Policy::kThreads, 1) fwd_kernel_wgmma(const __
     typename Pipe::Producer prod(static_cast<int>(threadIdx.x), smem);
     int32_t nx, total;
     items(nx, total);
-    for (ItemWalk w{total}; w.more(); w.next()) {
+    ItemSource src{total};
+    for (int32_t item = src.first(); item < total; item = src.next(p, bars->fetched, prod.ptid)) {
       BlockCtx c;
-      const int32_t item = w.item(), split = p.div_items.div(item);
-      if (make_block<Problem, Policy>(p, item - split * nx, split, c)) prod.item(p, c, smem, bars);
+      const int32_t split = p.div_items.div(item);
+      if (make_block<Problem, Policy>(p, item - split * nx, split, c)) prod.item(p, c, item, smem, bars);
     }
-    prod.drain(smem, bars);
+    prod.finish(smem, bars);
   } else {
     if constexpr (Policy::kConsumerRegs > 0) nv::regs_alloc<Policy::kConsumerRegs>();
     const int warp = threadIdx.x / 32 - 4, lane = threadIdx.x % 32;
@@ -69,10 +78,10 @@ __global__ void __launch_bounds__(Policy::kThreads, 1) fwd_kernel_wgmma(const __
     typename Pipe::Consumer cons(warp / 4, smem);
     int32_t nx, total;
     items(nx, total);
-    for (ItemWalk w{total}; w.more(); w.next()) {
+    for (int32_t item; (item = cons.next_item(bars)) >= 0;) {
       BlockCtx c;
-      const int32_t item = w.item(), split = p.div_items.div(item);
-      if (!make_block<Problem, Policy>(p, item - split * nx, split, c)) continue;
+      const int32_t split = p.div_items.div(item);
+      make_block<Problem, Policy>(p, item - split * nx, split, c);  // (the producer publishes no empty item)
       sc.v_descale = v_descale_of(p, c);  // used after the KV loop: its load latency is hidden
       ThreadRows<typename Policy::Tile> tr;
       tr.init(p, c, warp, lane);
@@ -118,6 +127,7 @@ void launch_fwd_wgmma(const FwdParams& p, cudaStream_t stream) {
   using Policy = FwdPolicyNvWgmma<Problem, kKvTile>;
   FwdParams q = p;
   q.kv_tma = Policy::kTmaKV && encode_kv_maps<Policy>(q) ? 1 : 0;
+  if (q.item_counter) (void)cudaMemsetAsync(q.item_counter, 0, sizeof(int32_t), stream);  // errors: the launch check
   launch_kernel<Problem, Policy, &fwd_kernel_wgmma<Problem, Policy, FwdPipelineNvWgmma<Problem, Policy>>>(q, stream);
 }
 

@@ -47,8 +47,13 @@ struct FwdPipelineNvWgmma {
     uint64_t q_full[2], q_empty[2];
     uint64_t k_full[kStages], v_full[kStages], empty[kStages];
     uint64_t v_land[kStages];  // a TMA-loaded V tile's bytes landed in Vraw
+    // The producer publishes each work item's index (-1: no more) in item[Q buffer], completing
+    // item_full, ahead of its Q; fetched: the producer's broadcast of a counter value (kernel_wgmma.h).
+    uint64_t item_full[2];
+    int32_t item[2], fetched[2];
   };
   static constexpr int kConsumerThreads = 128 * Policy::kConsumers;
+  static_assert(sizeof(Barriers) <= Policy::kBarBytes, "the policy reserves the barriers' bytes");
 
   FP8ATTN_DEVICE static uint8_t* q_buf(uint8_t* smem, int i) { return smem + Policy::kOffQ + i * Policy::kQBytes; }
   FP8ATTN_DEVICE static uint8_t* k_buf(uint8_t* smem, int s) { return smem + Policy::kOffK + s * Policy::kKBytes; }
@@ -67,6 +72,7 @@ struct FwdPipelineNvWgmma {
       for (int i = 0; i < 2; ++i) {
         nv::mbar_init(&b->q_full[i], 128);
         nv::mbar_init(&b->q_empty[i], kConsumerThreads);
+        nv::mbar_init(&b->item_full[i], 1);
       }
       for (int s = 0; s < kStages; ++s) {
         nv::mbar_init(&b->k_full[s], 128);
@@ -278,13 +284,29 @@ struct FwdPipelineNvWgmma {
       while (fz < g) finalize<0>(smem, bars);
     }
 
-    FP8ATTN_DEVICE void item(const FwdParams& p, const BlockCtx& c, uint8_t* smem, Barriers* bars) {
+    // Item `index` to the consumers (-1: none left): its Q buffer and index slot are free once they
+    // released the Q of the item two before it (they read that item's index at its start).
+    FP8ATTN_DEVICE void publish(Barriers* bars, int32_t index) const {
+      const int qs = qn & 1;
+      if (qn >= 2) nv::mbar_wait(&bars->q_empty[qs], ((qn >> 1) - 1) & 1);
+      if (ptid == 0) {
+        bars->item[qs] = index;
+        nv::mbar_arrive(&bars->item_full[qs]);  // (release: the index is visible to its waiters)
+      }
+    }
+    // After the last item: its tiles, then the end mark.
+    FP8ATTN_DEVICE void finish(uint8_t* smem, Barriers* bars) {
+      drain(smem, bars);
+      publish(bars, -1);
+    }
+
+    FP8ATTN_DEVICE void item(const FwdParams& p, const BlockCtx& c, int32_t index, uint8_t* smem, Barriers* bars) {
       // Finish the previous item's tiles first: the consumers release Q only after their last one.
       FP8ATTN_TRACE(kTraceProducerItem);
       drain(smem, bars);
       FP8ATTN_TRACE(kTraceProducerDrained);
       const int qs = qn & 1;
-      if (qn >= 2) nv::mbar_wait(&bars->q_empty[qs], ((qn >> 1) - 1) & 1);
+      publish(bars, index);
       load_q(p, c, q_buf(smem, qs));
       nv::fence_proxy_async();
       nv::mbar_arrive(&bars->q_full[qs]);
@@ -552,6 +574,13 @@ struct FwdPipelineNvWgmma {
     }
     // After the epilogue, which may stage the output in the warpgroup's rows of the Q buffer.
     FP8ATTN_DEVICE void release_q(Barriers* bars) const { nv::mbar_arrive(&bars->q_empty[qs]); }
+    // The next work item's index, as the producer published it (-1: none left); item() then waits
+    // for its Q.
+    FP8ATTN_DEVICE int32_t next_item(const Barriers* bars) const {
+      const int i = qn & 1;
+      nv::mbar_wait(const_cast<uint64_t*>(&bars->item_full[i]), (qn >> 1) & 1);
+      return *const_cast<const volatile int32_t*>(&bars->item[i]);
+    }
   };
 #endif  // FP8ATTN_NV_WGMMA
 };

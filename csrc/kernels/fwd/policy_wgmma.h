@@ -41,7 +41,8 @@ struct FwdPolicyNvWgmma {
   static_assert(kBlockN == 64 || (kBlockN == 128 && kD <= 128), "wgmma pipeline: 64-key tiles, or 128 at D <= 128");
   // As many stages as fit next to the two Q buffers, up to 4 (3 at D 256: 48 KB per stage)
   static constexpr int kStageBytes = 3 * kBlockN * kD;  // K, Vt, Vraw
-  static constexpr int kStagesFit = (nv::Sm89::kSmemLimit - 2 * kBlockM * kD - 512 - 8 * 20 - 1024) / kStageBytes;
+  static constexpr int kBarBytes = 8 * (6 + 4 * 4) + 16;  // the pipeline's Barriers at 4 stages at most
+  static constexpr int kStagesFit = (nv::Sm89::kSmemLimit - 2 * kBlockM * kD - 512 - kBarBytes - 1024) / kStageBytes;
   static constexpr int kStages = kStagesFit < 4 ? kStagesFit : 4;
   static_assert(kStages >= 3, "the ring needs 3 stages (finalize runs kStages - 2 tiles behind)");
   static constexpr int kNTilesO = kD / 8;  // n8 blocks of the O accumulator
@@ -67,7 +68,7 @@ struct FwdPolicyNvWgmma {
   static_assert(kOffK % 1024 == 0 && kOffVt % 1024 == 0 && kOffVraw % 1024 == 0 && kKBytes % 1024 == 0 &&
                     kVtBytes % 1024 == 0 && kOffOnes % 512 == 0,
                 "swizzled tiles must start on 1024-byte boundaries");
-  static constexpr int kSmemBytes = kOffBar + 8 * (4 + 4 * kStages) + 1024;  // + the base's alignment slack
+  static constexpr int kSmemBytes = kOffBar + kBarBytes + 1024;  // + the base's alignment slack
   static_assert(kSmemBytes <= nv::Sm89::kSmemLimit, "sm_90 allows 227 KiB of shared memory per block");
 
   // Register reallocation (setmaxnreg): the producer gives registers to the consumers, which
