@@ -109,9 +109,9 @@ FP8ATTN_FORWARD_SIGNATURE(forward_cuda) {
     p.o_accum = o_accum.data_ptr<float>();
     p.lse_accum = lse_accum.data_ptr<float>();
   }
-  // Varlen prefill balances its work items through a counter (the Hopper pipeline's dynamic order).
+  // Varlen prefill on the Hopper pipeline balances its work items through a counter (its dynamic order).
   at::Tensor item_counter;
-  if (p.cu_seqlens_q && p.num_splits == 1) {
+  if (inst->pipe == NvPipe::kWgmma && p.cu_seqlens_q) {
     item_counter = at::empty({1}, q.options().dtype(at::kInt));
     p.item_counter = item_counter.data_ptr<int32_t>();
   }
