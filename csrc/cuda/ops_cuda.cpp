@@ -109,9 +109,10 @@ FP8ATTN_FORWARD_SIGNATURE(forward_cuda) {
     p.o_accum = o_accum.data_ptr<float>();
     p.lse_accum = lse_accum.data_ptr<float>();
   }
-  // Varlen prefill on the Hopper pipeline balances its work items through a counter (its dynamic order).
+  // Varlen and masked prefill on the Hopper pipeline balance their work items through a counter (its
+  // dynamic order).
   at::Tensor item_counter;
-  if (inst->pipe == NvPipe::kWgmma && p.cu_seqlens_q) {
+  if (inst->pipe == NvPipe::kWgmma && (p.cu_seqlens_q || inst->mask == MaskKind::kBand)) {
     item_counter = at::empty({1}, q.options().dtype(at::kInt));
     p.item_counter = item_counter.data_ptr<int32_t>();
   }

@@ -17,7 +17,8 @@ namespace fp8attn {
 // reverse block order (under a mask launch order is longest first, so plain round robin hands the low
 // blocks the longer item of every round: at 1 x 8192 causal the last block ended ~6 % after the mean).
 // Dynamic (p.item_counter, zeroed by the launcher: varlen, whose launch order follows the longest
-// sequence and leaves static rounds ~10-20 % unbalanced): the first item is blockIdx.x, each next one
+// sequence and leaves static rounds ~10-20 % unbalanced, and masked calls, where some blocks of the
+// static order take one item of every length, ~3 %): the first item is blockIdx.x, each next one
 // gridDim.x + the counter's next value, fetched by producer thread 0 and broadcast to the producer
 // warpgroup through shared memory (named barrier 4; two slots, so one barrier per fetch).
 struct ItemSource {
