@@ -41,9 +41,11 @@ struct FwdPolicyNvWgmma {
   static_assert(kBlockN == 64 || (kBlockN == 128 && kD <= 128), "wgmma pipeline: 64-key tiles, or 128 at D <= 128");
   // As many stages as fit next to the two Q buffers, up to 4 (3 at D 256: 48 KB per stage)
   static constexpr int kStageBytes = 3 * kBlockN * kD;  // K, Vt, Vraw
-  static constexpr int kBarBytes = 8 * (6 + 4 * 4) + 16;  // the pipeline's Barriers at 4 stages at most
-  static constexpr int kStagesFit = (nv::Sm89::kSmemLimit - 2 * kBlockM * kD - 512 - kBarBytes - 1024) / kStageBytes;
+  // The pipeline's Barriers (pipeline_wgmma.h) for a ring of `stages`.
+  static constexpr int bar_bytes(int stages) { return 8 * (6 + 4 * stages) + 16; }
+  static constexpr int kStagesFit = (nv::Sm89::kSmemLimit - 2 * kBlockM * kD - 512 - bar_bytes(4) - 1024) / kStageBytes;
   static constexpr int kStages = kStagesFit < 4 ? kStagesFit : 4;
+  static constexpr int kBarBytes = bar_bytes(kStages);
   static_assert(kStages >= 3, "the ring needs 3 stages (finalize runs kStages - 2 tiles behind)");
   static constexpr int kNTilesO = kD / 8;  // n8 blocks of the O accumulator
   static constexpr int kChunks = kD / 16;  // 16-byte chunks per Q / K / V row

@@ -174,7 +174,8 @@ struct RingPolicy : Base {
   static constexpr int kOffVraw = kOffVt + kStages * Base::kVtBytes;  // (none: aliases the ones tile)
   static constexpr int kOffOnes = kOffVraw;
   static constexpr int kOffBar = kOffOnes + 512;
-  static constexpr int kSmemBytes = kOffBar + 8 * (4 + 4 * kStages) + 1024;
+  static constexpr int kBarBytes = Base::bar_bytes(kStages);
+  static constexpr int kSmemBytes = kOffBar + kBarBytes + 1024;
   static_assert(kSmemBytes + kExtraSmem <= nv::Sm89::kSmemLimit, "the ring does not fit");
 };
 template <int kD, int kBN>
