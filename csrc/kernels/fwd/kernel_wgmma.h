@@ -13,7 +13,7 @@
 namespace fp8attn {
 
 // A persistent block's work items, walked by its producer, which publishes each non-empty one to the
-// consumers (Pipe::publish). Static: rounds of gridDim.x items in launch order, every other round in
+// consumers (Producer::publish). Static: rounds of gridDim.x items in launch order, every other round in
 // reverse block order (under a mask launch order is longest first, so plain round robin hands the low
 // blocks the longer item of every round: at 1 x 8192 causal the last block ended ~6 % after the mean).
 // Dynamic (p.item_counter, zeroed by the launcher: varlen, whose launch order follows the longest
@@ -49,12 +49,11 @@ __global__ void __launch_bounds__(Policy::kThreads, 1) fwd_kernel_wgmma(const __
   auto* bars = reinterpret_cast<typename Pipe::Barriers*>(smem + Policy::kOffBar);
   Pipe::init(smem, bars);
   __syncthreads();
-  // The work items (x, split) in launch order (ItemSource). Computed in each role's branch: values
-  // live across the register reallocation spilled at D 256.
-  const auto items = [&](int32_t& nx, int32_t& total) {
+  // The work items' x extent (items are (x, split) in launch order, ItemSource). Computed in each
+  // role's branch: values live across the register reallocation spilled at D 256.
+  const auto x_items = [&]() {
     const int32_t group = p.div_heads_k.div(p.num_heads);
-    nx = (p.seqlen_q * group + Policy::kBlockM - 1) / Policy::kBlockM * p.batch * p.num_heads_k;
-    total = nx * p.num_splits;
+    return (p.seqlen_q * group + Policy::kBlockM - 1) / Policy::kBlockM * p.batch * p.num_heads_k;
   };
   // The warpgroup index through a shuffle: ptxas then knows the role branch is warp-uniform
   // (a divergent path around wgmma makes it serialize every wgmma, info C7520).
@@ -62,8 +61,7 @@ __global__ void __launch_bounds__(Policy::kThreads, 1) fwd_kernel_wgmma(const __
   if (wg_idx == 0) {
     if constexpr (Policy::kProducerRegs > 0) nv::regs_dealloc<Policy::kProducerRegs>();
     typename Pipe::Producer prod(static_cast<int>(threadIdx.x), smem);
-    int32_t nx, total;
-    items(nx, total);
+    const int32_t nx = x_items(), total = nx * p.num_splits;
     ItemSource src{total};
     for (int32_t item = src.first(); item < total; item = src.next(p, bars->fetched, prod.ptid)) {
       BlockCtx c;
@@ -77,8 +75,7 @@ __global__ void __launch_bounds__(Policy::kThreads, 1) fwd_kernel_wgmma(const __
     typename Epilogue::Scalars sc = Epilogue::kernel_scalars(p);
     const typename Policy::PQuant pq{1.f / sc.p_scale};
     typename Pipe::Consumer cons(warp / 4, smem);
-    int32_t nx, total;
-    items(nx, total);
+    const int32_t nx = x_items();
     for (int32_t item; (item = cons.next_item(bars)) >= 0;) {
       BlockCtx c;
       const int32_t split = p.div_items.div(item);
