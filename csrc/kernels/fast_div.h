@@ -5,6 +5,8 @@
 #pragma once
 #include <cstdint>
 
+#include "common.h"
+
 namespace fp8attn {
 
 struct FastDiv {
@@ -18,12 +20,16 @@ struct FastDiv {
     f.mul = static_cast<uint32_t>(((uint64_t{1} << 32) * ((uint64_t{1} << f.shift) - d)) / d + 1);
     return f;
   }
-#if defined(__CUDACC__) || defined(__HIPCC__)
   // n / d for 0 <= n < 2^31 (umulhi(n, mul) <= n, so the sum does not overflow).
-  __device__ __forceinline__ int32_t div(int32_t n) const {
-    return static_cast<int32_t>((__umulhi(static_cast<uint32_t>(n), mul) + static_cast<uint32_t>(n)) >> shift);
-  }
+  FP8ATTN_HD int32_t div(int32_t n) const {
+    const uint32_t u = static_cast<uint32_t>(n);
+#if FP8ATTN_DEVICE_PASS
+    const uint32_t hi = __umulhi(u, mul);
+#else
+    const uint32_t hi = static_cast<uint32_t>((static_cast<uint64_t>(u) * mul) >> 32);
 #endif
+    return static_cast<int32_t>((hi + u) >> shift);
+  }
 };
 
 }  // namespace fp8attn
