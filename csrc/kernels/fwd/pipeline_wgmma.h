@@ -576,9 +576,9 @@ struct FwdPipelineNvWgmma {
     FP8ATTN_DEVICE void release_q(Barriers* bars) const { nv::mbar_arrive(&bars->q_empty[qs]); }
     // The next work item's index, as the producer published it (-1: none left); item() then waits
     // for its Q.
-    FP8ATTN_DEVICE int32_t next_item(const Barriers* bars) const {
+    FP8ATTN_DEVICE int32_t next_item(Barriers* bars) const {
       const int i = qn & 1;
-      nv::mbar_wait(const_cast<uint64_t*>(&bars->item_full[i]), (qn >> 1) & 1);
+      nv::mbar_wait(&bars->item_full[i], (qn >> 1) & 1);
       return *const_cast<const volatile int32_t*>(&bars->item[i]);
     }
   };
