@@ -31,9 +31,9 @@ def prefill_pair(a: argparse.Namespace) -> tuple[Callable[[], object], Callable[
     gen = torch.Generator(device="cuda").manual_seed(0)
     q8, k8, v8 = (torch.randn(a.b, a.s, a.h, a.d, device="cuda", generator=gen).to(FN) for _ in range(3))
     ps, osc = torch.tensor([P_SCALE], device="cuda"), torch.tensor([OUT_SCALE], device="cuda")
-    theirs, _ = cudnn_fp8_runner(*(x.transpose(1, 2).contiguous() for x in (q8, k8, v8)), a.causal,
-                                 1.0 / math.sqrt(a.d))
-    if a.layout == "bhsd":  # each head's rows contiguous, as cuDNN reads them
-        q8, k8, v8 = (x.transpose(1, 2).contiguous().transpose(1, 2) for x in (q8, k8, v8))
+    bhsd = [x.transpose(1, 2).contiguous() for x in (q8, k8, v8)]  # each head's rows contiguous: cuDNN's layout
+    theirs, _ = cudnn_fp8_runner(*bhsd, a.causal, 1.0 / math.sqrt(a.d))
+    if a.layout == "bhsd":
+        q8, k8, v8 = (x.transpose(1, 2) for x in bhsd)
     call = dict(causal=a.causal, p_scale=ps, out_scale=osc, out=torch.empty_like(q8))
     return (lambda: fp8attn.forward(q8, k8, v8, **call)), theirs, fp8attn.kernel_name(q8, k8, v8, **call)
