@@ -20,7 +20,9 @@ namespace fp8attn {
 // sequence and leaves static rounds ~10-20 % unbalanced, and masked calls, where some blocks of the
 // static order take one item of every length, ~3 %): the first item is blockIdx.x, each next one
 // gridDim.x + the counter's next value, fetched by producer thread 0 and broadcast to the producer
-// warpgroup through shared memory (named barrier 4; two slots, so one barrier per fetch).
+// warpgroup through shared memory (a named barrier; two slots, so one barrier per fetch).
+// kBarrier: a named barrier id the block uses for nothing else.
+template <int kBarrier>
 struct ItemSource {
   int32_t total, base = 0, fetches = 0;
   bool odd = false;
@@ -34,7 +36,7 @@ struct ItemSource {
     }
     const int i = fetches++ & 1;
     if (ptid == 0) fetched[i] = static_cast<int32_t>(gridDim.x) + atomicAdd(p.item_counter, 1);
-    nv::named_barrier_sync(4, 128);  // ids 1 (producer transpose), 2.. (consumer epilogues) taken
+    nv::named_barrier_sync(kBarrier, 128);
     return *const_cast<const volatile int32_t*>(&fetched[i]);
   }
 };
@@ -62,7 +64,7 @@ __global__ void __launch_bounds__(Policy::kThreads, 1) fwd_kernel_wgmma(const __
     if constexpr (Policy::kProducerRegs > 0) nv::regs_dealloc<Policy::kProducerRegs>();
     typename Pipe::Producer prod(static_cast<int>(threadIdx.x), smem);
     const int32_t nx = x_items(), total = nx * p.num_splits;
-    ItemSource src{total};
+    ItemSource<2 + Policy::kConsumers> src{total};  // ids 1: the producer's transpose, 2..: the epilogues
     for (int32_t item = src.first(); item < total; item = src.next(p, bars->fetched, prod.ptid)) {
       BlockCtx c;
       const int32_t split = p.div_items.div(item);

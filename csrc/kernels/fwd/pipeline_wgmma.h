@@ -134,7 +134,8 @@ struct FwdPipelineNvWgmma {
     // its Q). A 16-bit q is quantized chunk by chunk (registers).
     static constexpr int kQChunksPerThread = Policy::kBlockM * Policy::kChunks / 128;
     static constexpr int kQBatchMax = kD > 128 ? 2 : 4;  // 4 at D = 256 spills the producer (56 registers)
-    static constexpr int kQBatch = kQChunksPerThread < kQBatchMax ? kQChunksPerThread : kQBatchMax;
+    static constexpr int q_batch(int n) { return kQChunksPerThread % n == 0 ? n : q_batch(n - 1); }
+    static constexpr int kQBatch = q_batch(kQChunksPerThread < kQBatchMax ? kQChunksPerThread : kQBatchMax);
     static_assert(kQChunksPerThread % kQBatch == 0, "Q chunks per producer thread");
     FP8ATTN_DEVICE void load_q(const FwdParams& p, const BlockCtx& c, uint8_t* sQ) const {
       if (p.q_type == ElemType::FP8) {

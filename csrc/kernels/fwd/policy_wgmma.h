@@ -34,7 +34,10 @@ struct FwdPolicyNvWgmma {
   static constexpr int kD = Problem::kHeadDim;
   static_assert(kD == 64 || kD == 128 || kD == 256, "wgmma pipeline: head dims 64, 128, 256");
   static_assert(Problem::kFp8 == Fp8Kind::E4M3FN, "wgmma pipeline: e4m3fn only");
-  static constexpr int kConsumers = 2;  // consumer warpgroups
+  // Consumer warpgroups: three at D 64, where a warpgroup's step is a latency chain (max, shuffles,
+  // exp2s) with little tensor work and its registers (S 64, O 32 per thread) fit the 152 of a
+  // 512-thread block; two above (S and O of 128-key tiles need 224).
+  static constexpr int kConsumers = kD == 64 ? 3 : 2;
   static constexpr int kThreads = 128 * (1 + kConsumers);
   static constexpr int kBlockM = 64 * kConsumers;
   static constexpr int kBlockN = kKvTile;
@@ -80,7 +83,7 @@ struct FwdPolicyNvWgmma {
   // 56 / 224 at D <= 128; at D = 256 the producer's TMA bookkeeping needs more than 56 (40 / 232
   // spilled 20 bytes there) and the consumers fit in 216 (ptxas -v: no spills in any instance).
   static constexpr int kProducerRegs = kD > 128 ? 72 : 56;
-  static constexpr int kConsumerRegs = kD > 128 ? 216 : 224;
+  static constexpr int kConsumerRegs = kConsumers == 3 ? 152 : kD > 128 ? 216 : 224;
   static_assert(128 * kProducerRegs + 128 * kConsumers * kConsumerRegs <= kThreads * (65536 / kThreads / 8 * 8),
                 "register reallocation exceeds the block's launch allocation");
 
