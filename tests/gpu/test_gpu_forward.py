@@ -343,8 +343,9 @@ def test_kv_tile_128_dtypes_gqa(q_dtype, out_dtype):
 
 
 def test_default_kv_tile():
-    """kv_tile 0 is the kernel's default: 128 where the wgmma pipeline has it (bitwise the same
-    call as kv_tile 128), else 64; decode shapes keep the 64-key decode kernel."""
+    """kv_tile 0 is the kernel's default: 128 where the wgmma pipeline has it (64 for unmasked
+    D 128; bitwise the same call as that kv_tile), else 64; decode shapes keep the 64-key decode
+    kernel."""
     need_dim(128)
     args, kw = make_case(Sq=150, Sk=389, seed=5)
     name = kernel_of(*args, device=DEV, kv_tile=0, **kw)

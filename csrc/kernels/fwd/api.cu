@@ -42,11 +42,15 @@ const FwdInstance* choose_fwd_instance(const FwdParams& p, int cc_major, int cc_
   const auto find_tile = [&](NvPipe pipe, int32_t tile) {
     return find_fwd_instance(pipe, p.head_dim, p.fp8_kind, mask, tile);
   };
-  // The pipeline's instance at the requested tile, or (kv_tile 0) at its preferred one.
+  // The pipeline's instance at the requested tile, or (kv_tile 0) at its preferred one: the wgmma
+  // pipeline's 128-key tiles, except unmasked D 128, where its 64-key instance (three consumer
+  // warpgroups, policy_wgmma.h) is faster; with a mask the 192-row blocks of that instance lose
+  // more on their diagonal tiles than they gain (docs/h200-logs/80-*).
   const auto find = [&](NvPipe pipe) -> const FwdInstance* {
     if (pipe == NvPipe::kWgmma && !hopper) return nullptr;
     if (p.kv_tile != 0) return find_tile(pipe, p.kv_tile);
-    const FwdInstance* wide = pipe == NvPipe::kWgmma ? find_tile(pipe, kWgmmaKvTile) : nullptr;
+    const bool wide_first = pipe == NvPipe::kWgmma && !(p.head_dim == 128 && mask == MaskKind::kNone);
+    const FwdInstance* wide = wide_first ? find_tile(pipe, kWgmmaKvTile) : nullptr;
     return wide ? wide : find_tile(pipe, kGpuKvTile);
   };
   const char* e = std::getenv("FP8ATTN_NV_PIPELINE");

@@ -34,10 +34,11 @@ struct FwdPolicyNvWgmma {
   static constexpr int kD = Problem::kHeadDim;
   static_assert(kD == 64 || kD == 128 || kD == 256, "wgmma pipeline: head dims 64, 128, 256");
   static_assert(Problem::kFp8 == Fp8Kind::E4M3FN, "wgmma pipeline: e4m3fn only");
-  // Consumer warpgroups: three at D 64, where a warpgroup's step is a latency chain (max, shuffles,
-  // exp2s) with little tensor work and its registers (S 64, O 32 per thread) fit the 152 of a
-  // 512-thread block; two above (S and O of 128-key tiles need 224).
-  static constexpr int kConsumers = kD == 64 ? 3 : 2;
+  // Consumer warpgroups: three where S and O fit the 152 registers of a 512-thread block (D 64, and
+  // D 128 at 64-key tiles): a warpgroup's step is a latency chain (max, shuffles, exp2s) that more
+  // warpgroups overlap (D 64 +16 %, D 128 non-causal at 64 keys +2.6 % over two at 128 keys:
+  // docs/h200-logs/79-*, 80-*); two otherwise (a 128-key S beside a D 128 O needs 224).
+  static constexpr int kConsumers = kD == 64 || (kD == 128 && kKvTile == 64) ? 3 : 2;
   static constexpr int kThreads = 128 * (1 + kConsumers);
   static constexpr int kBlockM = 64 * kConsumers;
   static constexpr int kBlockN = kKvTile;
