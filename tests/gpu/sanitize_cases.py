@@ -36,5 +36,7 @@ for split in ("1", ""):
         kv_tile = c.pop("kv_tile", 64)
         args, kw = make_case(B=2, seed=7, **c)
         call(*args, device=DEV, kv_tile=kv_tile, **kw)
+        torch.cuda.synchronize()
+        print(f"done: split={split or 'auto'} {c} kv_tile={kv_tile}", flush=True)  # (where a timeout stopped)
 torch.cuda.synchronize()
 print("sanitize cases done", dims)
