@@ -1,12 +1,13 @@
 // The Policy of the Hopper warp-specialized pipeline (pipeline_wgmma.h): one producer warpgroup
-// (copies and the V transpose) and two consumer warpgroups of 64 packed query rows each, a ring
+// (copies and the V transpose) and two or three consumer warpgroups of 64 packed query rows each, a ring
 // of kStages KV tiles of kKvTile keys, head dims 64 / 128 / 256 and e4m3fn (the FP8 wgmma reads
 // OCP e4m3; fnuz stays on the portable pipeline).
 //
 // The KV tile is also where P is quantized (the running max is updated once per tile): 64 keys,
-// every implementation's default, or 128 at D 64 / 128 (the Hopper default: per 128 keys the
-// consumers pay the fixed cost of a step -- barrier waits, wgmma issue, max shuffles, the rescale
-// vote -- once instead of twice; D 256 has no registers for a 128-key S next to its O).
+// every implementation's default, or 128 at D 64 / 128 (the Hopper default there, but for unmasked
+// D 128: per 128 keys the consumers pay the fixed cost of a step -- barrier waits, wgmma issue, max
+// shuffles, the rescale vote -- once instead of twice; D 256 has no registers for a 128-key S next
+// to its O).
 //
 // Persistent: a block per SM loops over the (m block, batch x kv head, split) work items, so the
 // producer loads the next item's Q and first KV tiles while the consumers finish the current one.
