@@ -43,8 +43,8 @@ const FwdInstance* find_fwd_instance(NvPipe pipe, int32_t head_dim, Fp8Kind kind
 // for the call (head dims 64/128/256, e4m3fn) unless it is decode-shaped (at most 16 packed rows
 // per (batch, kv head): a 128-row block would idle), then e4m3 on sm_89 and f16 elsewhere, falling
 // back to whichever portable pipeline is built. The KV tile is p.kv_tile; 0 takes kWgmmaKvTile
-// where the wgmma pipeline has it (but 64 for unmasked D 128) and 64 elsewhere; kv_tile 128 only the wgmma pipeline runs (also
-// for decode shapes).
+// where the wgmma pipeline has it (but 64 for unmasked D 128) and 64 elsewhere; kv_tile 128 only
+// the wgmma pipeline runs (also for decode shapes).
 const FwdInstance* choose_fwd_instance(const FwdParams& p, int cc_major, int cc_minor);
 
 // The mask kind a call needs.

@@ -30,16 +30,21 @@
 
 namespace fp8attn {
 
-template <class Problem, int kKvTile = kDefaultKvTile>
+// Consumer warpgroups: three where S and O fit the 152 registers of a 512-thread block (D 64, and
+// D 128 at 64-key tiles): a warpgroup's step is a latency chain (max, shuffles, exp2s) that more
+// warpgroups overlap (D 64 +16 %, D 128 non-causal at 64 keys +2.6 % over two at 128 keys:
+// docs/h200-logs/79-*, 80-*); two otherwise (a 128-key S beside a D 128 O needs 224).
+constexpr int wgmma_consumers(int head_dim, int kv_tile) {
+  return head_dim == 64 || (head_dim == 128 && kv_tile == 64) ? 3 : 2;
+}
+
+template <class Problem, int kKvTile = kDefaultKvTile, int kConsumers_ = wgmma_consumers(Problem::kHeadDim, kKvTile)>
 struct FwdPolicyNvWgmma {
   static constexpr int kD = Problem::kHeadDim;
   static_assert(kD == 64 || kD == 128 || kD == 256, "wgmma pipeline: head dims 64, 128, 256");
   static_assert(Problem::kFp8 == Fp8Kind::E4M3FN, "wgmma pipeline: e4m3fn only");
-  // Consumer warpgroups: three where S and O fit the 152 registers of a 512-thread block (D 64, and
-  // D 128 at 64-key tiles): a warpgroup's step is a latency chain (max, shuffles, exp2s) that more
-  // warpgroups overlap (D 64 +16 %, D 128 non-causal at 64 keys +2.6 % over two at 128 keys:
-  // docs/h200-logs/79-*, 80-*); two otherwise (a 128-key S beside a D 128 O needs 224).
-  static constexpr int kConsumers = kD == 64 || (kD == 128 && kKvTile == 64) ? 3 : 2;
+  static constexpr int kConsumers = kConsumers_;  // consumer warpgroups
+  static_assert(kConsumers == 2 || kConsumers == 3, "wgmma pipeline: two or three consumer warpgroups");
   static constexpr int kThreads = 128 * (1 + kConsumers);
   static constexpr int kBlockM = 64 * kConsumers;
   static constexpr int kBlockN = kKvTile;

@@ -178,8 +178,8 @@ struct RingPolicy : Base {
   static constexpr int kSmemBytes = kOffBar + kBarBytes + 1024;
   static_assert(kSmemBytes + kExtraSmem <= nv::Sm89::kSmemLimit, "the ring does not fit");
 };
-template <int kD, int kBN>
-using KernelPolicy = FwdPolicyNvWgmma<FwdProblem<kD, Fp8Kind::E4M3FN, MaskKind::kNone>, kBN>;
+template <int kD, int kBN>  // (two consumer warpgroups at every D: the bench's model of the step)
+using KernelPolicy = FwdPolicyNvWgmma<FwdProblem<kD, Fp8Kind::E4M3FN, MaskKind::kNone>, kBN, 2>;
 template <int kD, int kBN, int kRing>
 using BenchPolicy = std::conditional_t<kRing == 0, KernelPolicy<kD, kBN>, RingPolicy<KernelPolicy<kD, kBN>, kRing>>;
 
