@@ -19,19 +19,30 @@
 
 namespace fp8attn {
 
+// The work items' x extent of a call (host side): m blocks of Policy::kBlockM packed rows (GQA group
+// x seqlen_q, the longest sequence) times (batch, kv head) pairs.
+struct WorkGrid {
+  int64_t group, m_blocks, n_bh;
+  int64_t items() const { return m_blocks * n_bh; }
+  template <class Policy>
+  static WorkGrid of(const FwdParams& p) {
+    const int64_t group = p.num_heads / p.num_heads_k;
+    return {group, (static_cast<int64_t>(p.seqlen_q) * group + Policy::kBlockM - 1) / Policy::kBlockM,
+            static_cast<int64_t>(p.batch) * p.num_heads_k};
+  }
+};
+
 // p with the divisors of the per-item code (params.h) for a kernel of Policy::kBlockM rows per block.
 template <class Policy>
 FwdParams with_divisors(const FwdParams& p) {
   FwdParams q = p;
-  const int64_t group = p.num_heads / p.num_heads_k;
-  const int64_t m_blocks = (static_cast<int64_t>(p.seqlen_q) * group + Policy::kBlockM - 1) / Policy::kBlockM;
-  const int64_t n_bh = static_cast<int64_t>(p.batch) * p.num_heads_k;
+  const WorkGrid w = WorkGrid::of<Policy>(p);
   const auto of = [](int64_t d) { return FastDiv::of(static_cast<uint32_t>(d > 1 ? d : 1)); };
-  q.div_group = of(group);
+  q.div_group = of(w.group);
   q.div_heads_k = of(p.num_heads_k);
-  q.div_m_blocks = of(m_blocks);
-  q.div_bh = of(n_bh);
-  q.div_items = of(m_blocks * n_bh);
+  q.div_m_blocks = of(w.m_blocks);
+  q.div_bh = of(w.n_bh);
+  q.div_items = of(w.items());
   return q;
 }
 

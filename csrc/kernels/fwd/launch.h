@@ -39,9 +39,7 @@ void launch_kernel(const FwdParams& params, cudaStream_t stream) {
       cudaFuncSetAttribute(reinterpret_cast<const void*>(kKernel), cudaFuncAttributeMaxDynamicSharedMemorySize,
                            Policy::kSmemBytes);
   (void)attr_err;
-  const int64_t group = p.num_heads / p.num_heads_k;
-  const int64_t m_blocks = (static_cast<int64_t>(p.seqlen_q) * group + Policy::kBlockM - 1) / Policy::kBlockM;
-  const int64_t nx = m_blocks * p.batch * p.num_heads_k;
+  const int64_t nx = WorkGrid::of<Policy>(p).items();
   if (nx == 0) return;
   // Persistent kernels loop over the (x, split) work items: one block per multiprocessor at most.
   const dim3 grid = IsPersistent<Policy>::value
