@@ -86,9 +86,10 @@ struct FwdPolicyNvWgmma {
   // Register reallocation (setmaxnreg): the producer gives registers to the consumers, which
   // hold S, P8 and the O accumulator live across the asynchronous wgmma stages (168 per thread
   // spill at D = 128 once the wgmmas really overlap). setmaxnreg.inc waits for registers the
-  // block got at launch (kThreads x 168), so the split must fit in them or it never returns.
-  // 56 / 224 at D <= 128; at D = 256 the producer's TMA bookkeeping needs more than 56 (40 / 232
-  // spilled 20 bytes there) and the consumers fit in 216 (ptxas -v: no spills in any instance).
+  // block got at launch (kThreads x 65536 / kThreads), so the split must fit in them or it never
+  // returns. 56 / 224 at D <= 128; at D = 256 the producer's TMA bookkeeping needs more than 56
+  // (40 / 232 spilled 20 bytes there) and the consumers fit in 216; with three consumer warpgroups
+  // 56 / 152 (a 512-thread block; ptxas -v: no spills in any instance, R149 the highest at D 64).
   static constexpr int kProducerRegs = kD > 128 ? 72 : 56;
   static constexpr int kConsumerRegs = kConsumers == 3 ? 152 : kD > 128 ? 216 : 224;
   static_assert(128 * kProducerRegs + 128 * kConsumers * kConsumerRegs <= kThreads * (65536 / kThreads / 8 * 8),
