@@ -9,8 +9,12 @@
 //                            the sampled rows' max |error| against the CPU, and (with --seconds) the
 //                            TFLOP/s of S seconds back to back with their epoch-ms window, for an
 //                            external power sampler (nvidia-smi), as scripts/power_clock.py measures.
+//   fa3_peer --profile D[c]  one call of that shape (e.g. 128c: 1x32x8192x128 causal) between
+//                            cudaProfilerStart / Stop, after the check and 3 more, for
+//                            ncu --profile-from-start off (as scripts/ncu_prefill.py for fp8attn).
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
+#include <cuda_profiler_api.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -19,6 +23,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "../cuda_check.h"
@@ -57,7 +62,7 @@ struct Shape {
 };
 
 template <int D, bool Causal>
-static void bench(const Shape& sh, double seconds) {
+static void bench(const Shape& sh, double seconds, bool profile = false) {
   const int b = sh.b, h = sh.h, s = sh.s;
   const size_t n = (size_t)b * s * h * D;
   uint8_t *q, *k, *v;
@@ -150,6 +155,18 @@ static void bench(const Shape& sh, double seconds) {
       }
     }
 
+  if (profile) {
+    for (int i = 0; i < 3; ++i) call();
+    CK(cudaDeviceSynchronize());
+    CK(cudaProfilerStart());
+    call();
+    CK(cudaDeviceSynchronize());
+    CK(cudaProfilerStop());
+    std::printf("fa3 fp8 %dx%dx%dx%d%s profiled once; max|err| %.4f (max|ref| %.3f)  NaN outputs %d\n", b, h, s, D,
+                Causal ? " causal" : "", max_err, max_ref, nan);
+    CK(cudaFree(q)); CK(cudaFree(k)); CK(cudaFree(v)); CK(cudaFree(o)); CK(cudaFree(lse)); CK(cudaFree(sem));
+    return;
+  }
   // Timed as fp8attn.bench's time_ms: warm-up calls until >= 200 ms have passed (at least 5, checked
   // every 8), then the median of 20 event-timed calls issued back to back.
   cudaEvent_t w0, w1;
@@ -204,8 +221,23 @@ static void bench(const Shape& sh, double seconds) {
 
 int main(int argc, char** argv) {
   double seconds = 0;
-  for (int i = 1; i < argc; ++i)
+  const char* profile = nullptr;
+  for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--seconds") && i + 1 < argc) seconds = std::atof(argv[++i]);
+    if (!std::strcmp(argv[i], "--profile") && i + 1 < argc) profile = argv[++i];
+  }
+  if (profile) {
+    const std::string want(profile);
+    if (want == "128") bench<128, false>({1, 32, 8192, 128, false}, 0, true);
+    else if (want == "128c") bench<128, true>({1, 32, 8192, 128, true}, 0, true);
+    else if (want == "64") bench<64, false>({1, 32, 8192, 64, false}, 0, true);
+    else if (want == "256") bench<256, false>({1, 32, 8192, 256, false}, 0, true);
+    else {
+      std::fprintf(stderr, "fa3_peer: --profile takes 64, 128, 128c or 256 (1 x 32 x 8192; c: causal), not %s\n", profile);
+      return 2;
+    }
+    return 0;
+  }
   bench<128, false>({1, 32, 8192, 128, false}, seconds);
   bench<128, true>({1, 32, 8192, 128, true}, seconds);
   bench<128, true>({4, 32, 2048, 128, true}, seconds);
