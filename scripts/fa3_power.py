@@ -18,7 +18,7 @@ import datetime
 import json
 import re
 
-LINE = re.compile(r"fa3 fp8 (?P<shape>\d+x\d+x\d+x\d+)(?P<causal> causal)?\s+(?P<ms>[\d.]+) ms"
+LINE = re.compile(r"fa3 fp8 (?P<shape>\d+x\d+(?:/\d+)?x\d+x\d+)(?P<causal> causal)?\s+(?P<ms>[\d.]+) ms"
                   r"\s+(?P<tflops>\d+) TFLOP/s"
                   r"\s+max\|err\| (?P<err>[\d.]+).*?NaN outputs (?P<nan>\d+)\n"
                   r"  power window (?P<t0>\d+) (?P<t1>\d+)\s+(?P<per_call>[\d.]+) ms per call\s+(?P<sus>\d+) TFLOP/s")
@@ -40,8 +40,10 @@ def records(fa3_text: str, smi_rows: list[list[str]]) -> list[dict]:
         watts = sum(float(r[1]) for r in win) / len(win)
         mhz = sum(float(r[2]) for r in win) / len(win)
         per_call = float(m["per_call"])
-        b, h, s, d = (int(x) for x in m["shape"].split("x"))
-        out.append({"b": b, "h": h, "s": s, "d": d, "causal": bool(m["causal"]), "tflops": int(m["tflops"]),
+        b, heads, s, d = m["shape"].split("x")
+        h, _, hk = heads.partition("/")
+        out.append({"b": int(b), "h": int(h), "h_kv": int(hk or h), "s": int(s), "d": int(d),
+                    "causal": bool(m["causal"]), "tflops": int(m["tflops"]),
                     "max_abs_err_sampled_rows": float(m["err"]), "nan_outputs": int(m["nan"]),
                     "sustained_tflops": int(m["sus"]), "sustained_ms_per_call": per_call,
                     "power_w": round(watts, 1), "sm_clock_mhz": round(mhz),
@@ -62,7 +64,8 @@ def main() -> int:
     with open(a.fa3_output) as f:
         recs = records(f.read(), rows)
     for r in recs:
-        shape = f"{r['b']}x{r['h']}x{r['s']}x{r['d']}{' causal' if r['causal'] else ''}"
+        heads = f"{r['h']}/{r['h_kv']}" if r["h_kv"] != r["h"] else f"{r['h']}"
+        shape = f"{r['b']}x{heads}x{r['s']}x{r['d']}{' causal' if r['causal'] else ''}"
         print(f"{shape:21s} {r['tflops']:5d} TFLOP/s timed, "
               f"{r['sustained_tflops']:5d} sustained, {r['power_w']} W, {r['sm_clock_mhz']} MHz, "
               f"{r['mcycles_per_call']} Mcycles, {r['joules_per_call']} J per call, power cap {r['power_cap_samples']}")
