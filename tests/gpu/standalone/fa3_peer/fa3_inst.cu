@@ -1,4 +1,4 @@
-// FA3's FP8 forward instances the harness calls (dense, no window, MHA, no split; FP8 in, bf16 out),
+// FA3's FP8 forward instances the harness calls (dense, no window, GQA unpacked, no split; FP8 in, bf16 out),
 // one translation unit per head dim: -DFA3_HDIM=64 | 128 | 256 (build.sh).
 #include "flash.h"
 #include "flash_fwd_launch_template.h"

@@ -57,17 +57,73 @@ static float bf16_to_float(uint16_t b) {
 }
 
 struct Shape {
-  int b, h, hk, s, d;  // hk: kv heads (GQA when < h)
-  bool causal;
+  int b, h, hk, s;  // batch, q heads, kv heads (GQA when < h), sequence length (q = k)
 };
+
+// Timed as fp8attn.bench's time_ms: warm-up calls until >= 200 ms have passed (at least 5, checked
+// every 8), then the median of 20 event-timed calls issued back to back. `label` names the shape,
+// `call` runs it once, `flops` is its work; the check's results are printed with the time.
+template <class Call>
+static void timed(const char* label, Call& call, double flops, double max_err, double max_ref, int nan, double seconds) {
+  cudaStream_t st = 0;
+  cudaEvent_t w0, w1;
+  CK(cudaEventCreate(&w0));
+  CK(cudaEventCreate(&w1));
+  CK(cudaEventRecord(w0, st));
+  for (int i = 1;; ++i) {
+    call();
+    if (i >= 5 && i % 8 == 0) {
+      CK(cudaEventRecord(w1, st));
+      CK(cudaEventSynchronize(w1));
+      float t;
+      CK(cudaEventElapsedTime(&t, w0, w1));
+      if (t >= 200.f) break;
+    }
+  }
+  std::vector<cudaEvent_t> ev(40);
+  for (auto& e : ev) CK(cudaEventCreate(&e));
+  for (int i = 0; i < 20; ++i) {
+    CK(cudaEventRecord(ev[2 * i], st));
+    call();
+    CK(cudaEventRecord(ev[2 * i + 1], st));
+  }
+  CK(cudaDeviceSynchronize());
+  std::vector<float> ms(20);
+  for (int i = 0; i < 20; ++i) CK(cudaEventElapsedTime(&ms[i], ev[2 * i], ev[2 * i + 1]));
+  std::sort(ms.begin(), ms.end());
+  for (auto& e : ev) CK(cudaEventDestroy(e));
+  CK(cudaEventDestroy(w0));
+  CK(cudaEventDestroy(w1));
+  const double med = ms[ms.size() / 2];
+  std::printf("fa3 fp8 %s  %.3f ms  %.0f TFLOP/s  max|err| %.4f (max|ref| %.3f)  NaN outputs %d\n", label, med,
+              flops / med / 1e9, max_err, max_ref, nan);
+  std::fflush(stdout);
+  if (seconds > 0) {  // as scripts/power_clock.py: 1 s of warm-up, then the window a sampler averages over
+    const auto now_ms = [] {
+      return (long long)std::chrono::duration_cast<std::chrono::milliseconds>(
+                 std::chrono::system_clock::now().time_since_epoch()).count();
+    };
+    const int reps = std::max(1, int(seconds * 1e3 / med));
+    for (int i = 0; i < int(1e3 / med); ++i) call();
+    CK(cudaDeviceSynchronize());
+    const long long t0 = now_ms();
+    for (int i = 0; i < reps; ++i) call();
+    CK(cudaDeviceSynchronize());
+    const long long t1 = now_ms();
+    const double per_call = double(t1 - t0) / reps;
+    std::printf("  power window %lld %lld  %.3f ms per call  %.0f TFLOP/s sustained\n", t0, t1, per_call,
+                flops / per_call / 1e9);
+    std::fflush(stdout);
+  }
+}
 
 template <int D, bool Causal>
 static void bench(const Shape& sh, double seconds, bool profile = false) {
   const int b = sh.b, h = sh.h, hk = sh.hk, s = sh.s;
   const size_t n = (size_t)b * s * h * D, nkv = (size_t)b * s * hk * D;
   char label[64];
-  if (hk == h) std::snprintf(label, sizeof label, "%dx%dx%dx%d", b, h, s, D);
-  else std::snprintf(label, sizeof label, "%dx%d/%dx%dx%d", b, h, hk, s, D);
+  if (hk == h) std::snprintf(label, sizeof label, "%dx%dx%dx%d%s", b, h, s, D, Causal ? " causal" : "");
+  else std::snprintf(label, sizeof label, "%dx%d/%dx%dx%d%s", b, h, hk, s, D, Causal ? " causal" : "");
   uint8_t *q, *k, *v;
   __nv_bfloat16* o;
   float* lse;
@@ -168,89 +224,47 @@ static void bench(const Shape& sh, double seconds, bool profile = false) {
     call();
     CK(cudaDeviceSynchronize());
     CK(cudaProfilerStop());
-    std::printf("fa3 fp8 %s%s profiled once; max|err| %.4f (max|ref| %.3f)  NaN outputs %d\n", label,
-                Causal ? " causal" : "", max_err, max_ref, nan);
-    CK(cudaFree(q)); CK(cudaFree(k)); CK(cudaFree(v)); CK(cudaFree(o)); CK(cudaFree(lse)); CK(cudaFree(sem));
-    return;
+    std::printf("fa3 fp8 %s profiled once; max|err| %.4f (max|ref| %.3f)  NaN outputs %d\n", label, max_err, max_ref,
+                nan);
+  } else {
+    timed(label, call, 4.0 * b * h * (double)s * s * D * (Causal ? 0.5 : 1.0), max_err, max_ref, nan, seconds);
   }
-  // Timed as fp8attn.bench's time_ms: warm-up calls until >= 200 ms have passed (at least 5, checked
-  // every 8), then the median of 20 event-timed calls issued back to back.
-  cudaEvent_t w0, w1;
-  CK(cudaEventCreate(&w0));
-  CK(cudaEventCreate(&w1));
-  CK(cudaEventRecord(w0, st));
-  for (int i = 1;; ++i) {
-    call();
-    if (i >= 5 && i % 8 == 0) {
-      CK(cudaEventRecord(w1, st));
-      CK(cudaEventSynchronize(w1));
-      float t;
-      CK(cudaEventElapsedTime(&t, w0, w1));
-      if (t >= 200.f) break;
-    }
-  }
-  std::vector<cudaEvent_t> ev(40);
-  for (auto& e : ev) CK(cudaEventCreate(&e));
-  for (int i = 0; i < 20; ++i) {
-    CK(cudaEventRecord(ev[2 * i], st));
-    call();
-    CK(cudaEventRecord(ev[2 * i + 1], st));
-  }
-  CK(cudaDeviceSynchronize());
-  std::vector<float> ms(20);
-  for (int i = 0; i < 20; ++i) CK(cudaEventElapsedTime(&ms[i], ev[2 * i], ev[2 * i + 1]));
-  std::sort(ms.begin(), ms.end());
-  const double flops = 4.0 * b * h * (double)s * s * D * (Causal ? 0.5 : 1.0);
-  const double med = ms[ms.size() / 2];
-  std::printf("fa3 fp8 %s%s  %.3f ms  %.0f TFLOP/s  max|err| %.4f (max|ref| %.3f)  NaN outputs %d\n", label,
-              Causal ? " causal" : "", med, flops / med / 1e9, max_err, max_ref, nan);
-  std::fflush(stdout);
-  if (seconds > 0) {  // as scripts/power_clock.py: 1 s of warm-up, then the window a sampler averages over
-    const auto now_ms = [] {
-      return (long long)std::chrono::duration_cast<std::chrono::milliseconds>(
-                 std::chrono::system_clock::now().time_since_epoch()).count();
-    };
-    const int reps = std::max(1, int(seconds * 1e3 / med));
-    for (int i = 0; i < int(1e3 / med); ++i) call();
-    CK(cudaDeviceSynchronize());
-    const long long t0 = now_ms();
-    for (int i = 0; i < reps; ++i) call();
-    CK(cudaDeviceSynchronize());
-    const long long t1 = now_ms();
-    const double per_call = double(t1 - t0) / reps;
-    std::printf("  power window %lld %lld  %.3f ms per call  %.0f TFLOP/s sustained\n", t0, t1, per_call,
-                flops / per_call / 1e9);
-    std::fflush(stdout);
-  }
-  CK(cudaFree(q)); CK(cudaFree(k)); CK(cudaFree(v)); CK(cudaFree(o)); CK(cudaFree(lse)); CK(cudaFree(sem));
+  for (void* x : {(void*)q, (void*)k, (void*)v, (void*)o, (void*)lse, (void*)sem}) CK(cudaFree(x));
 }
+
 
 int main(int argc, char** argv) {
   double seconds = 0;
   const char* profile = nullptr;
   for (int i = 1; i < argc; ++i) {
-    if (!std::strcmp(argv[i], "--seconds") && i + 1 < argc) seconds = std::atof(argv[++i]);
-    if (!std::strcmp(argv[i], "--profile") && i + 1 < argc) profile = argv[++i];
+    if (!std::strcmp(argv[i], "--seconds") && i + 1 < argc) {
+      seconds = std::atof(argv[++i]);
+    } else if (!std::strcmp(argv[i], "--profile") && i + 1 < argc) {
+      profile = argv[++i];
+    } else {
+      std::fprintf(stderr, "fa3_peer: unknown argument %s (usage: fa3_peer [--seconds S] [--profile SHAPE])\n", argv[i]);
+      return 2;
+    }
   }
   if (profile) {
     const std::string want(profile);
-    if (want == "128") bench<128, false>({1, 32, 32, 8192, 128, false}, 0, true);
-    else if (want == "128c") bench<128, true>({1, 32, 32, 8192, 128, true}, 0, true);
-    else if (want == "64") bench<64, false>({1, 32, 32, 8192, 64, false}, 0, true);
-    else if (want == "256") bench<256, false>({1, 32, 32, 8192, 256, false}, 0, true);
+    if (want == "128") bench<128, false>({1, 32, 32, 8192}, 0, true);
+    else if (want == "128c") bench<128, true>({1, 32, 32, 8192}, 0, true);
+    else if (want == "64") bench<64, false>({1, 32, 32, 8192}, 0, true);
+    else if (want == "256") bench<256, false>({1, 32, 32, 8192}, 0, true);
     else {
       std::fprintf(stderr, "fa3_peer: --profile takes 64, 128, 128c or 256 (1 x 32 x 8192; c: causal), not %s\n", profile);
       return 2;
     }
     return 0;
   }
-  bench<128, false>({1, 32, 32, 8192, 128, false}, seconds);
-  bench<128, true>({1, 32, 32, 8192, 128, true}, seconds);
-  bench<128, true>({4, 32, 32, 2048, 128, true}, seconds);
-  bench<64, false>({1, 32, 32, 8192, 64, false}, seconds);
-  bench<256, false>({1, 32, 32, 8192, 256, false}, seconds);
-  bench<128, true>({16, 32, 32, 512, 128, true}, seconds);
-  bench<128, true>({1, 32, 8, 8192, 128, true}, seconds);  // GQA 32 / 8, as the benchmark's GQA rows
-  bench<128, true>({4, 32, 8, 2048, 128, true}, seconds);
+  bench<128, false>({1, 32, 32, 8192}, seconds);
+  bench<128, true>({1, 32, 32, 8192}, seconds);
+  bench<128, true>({4, 32, 32, 2048}, seconds);
+  bench<64, false>({1, 32, 32, 8192}, seconds);
+  bench<256, false>({1, 32, 32, 8192}, seconds);
+  bench<128, true>({16, 32, 32, 512}, seconds);
+  bench<128, true>({1, 32, 8, 8192}, seconds);  // GQA 32 / 8, as the benchmark's GQA rows
+  bench<128, true>({4, 32, 8, 2048}, seconds);
   return 0;
 }
