@@ -11,10 +11,14 @@ namespace fp8attn {
 
 struct FastDiv {
   uint32_t mul = 1, shift = 0;  // the default divides by 1
+  // The divisor itself: the launch's grid sizes (kernel.h, WorkGrid) are read back from their
+  // divisors, so the host's computation is the only one.
+  uint32_t d = 1;
 
   // Host: shift = ceil(log2 d), mul = floor(2^32 (2^shift - d) / d) + 1 (< 2^32); d >= 1.
   static FastDiv of(uint32_t d) {
     FastDiv f;
+    f.d = d;
     f.shift = 0;
     while ((uint64_t{1} << f.shift) < d) ++f.shift;
     f.mul = static_cast<uint32_t>(((uint64_t{1} << 32) * ((uint64_t{1} << f.shift) - d)) / d + 1);

@@ -90,7 +90,8 @@ struct FwdParams {
   int32_t* item_counter = nullptr;
   // GPU kernels: the divisors of the per-work-item code (group = H / Hkv, Hkv, the m blocks and the
   // (batch, kv head) count of the grid, its x extent), filled by the launcher (fwd/kernel.h,
-  // with_divisors: the m blocks depend on the kernel's block rows).
+  // with_divisors: the m blocks depend on the kernel's block rows); the kernels read those sizes
+  // back from them (FastDiv::d).
   FastDiv div_group, div_heads_k, div_m_blocks, div_bh, div_items;
   alignas(64) unsigned char k_tmap[128] = {};
   alignas(64) unsigned char v_tmap[128] = {};

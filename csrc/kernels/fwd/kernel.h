@@ -50,9 +50,8 @@ FwdParams with_divisors(const FwdParams& p) {
 // when it has no rows (the grid covers the longest sequence).
 template <class Problem, class Policy>
 FP8ATTN_DEVICE bool make_block(const FwdParams& p, int32_t x, int32_t split, BlockCtx& c) {
-  c.group = p.div_heads_k.div(p.num_heads);
-  const int32_t m_blocks = (p.seqlen_q * c.group + Policy::kBlockM - 1) / Policy::kBlockM;
-  const int32_t n_bh = p.batch * p.num_heads_k;
+  c.group = static_cast<int32_t>(p.div_group.d);  // (the sizes of with_divisors' WorkGrid)
+  const int32_t m_blocks = static_cast<int32_t>(p.div_m_blocks.d), n_bh = static_cast<int32_t>(p.div_bh.d);
   const int32_t hi = Problem::kHasMask ? p.div_bh.div(x) : p.div_m_blocks.div(x);
   const int32_t bh = Problem::kHasMask ? x - hi * n_bh : hi;
   const int32_t mb = Problem::kHasMask ? hi : x - hi * m_blocks;

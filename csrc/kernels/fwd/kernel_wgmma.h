@@ -51,19 +51,15 @@ __global__ void __launch_bounds__(Policy::kThreads, 1) fwd_kernel_wgmma(const __
   auto* bars = reinterpret_cast<typename Pipe::Barriers*>(smem + Policy::kOffBar);
   Pipe::init(smem, bars);
   __syncthreads();
-  // The work items' x extent (items are (x, split) in launch order, ItemSource). Computed in each
-  // role's branch: values live across the register reallocation spilled at D 256.
-  const auto x_items = [&]() {
-    const int32_t group = p.div_heads_k.div(p.num_heads);
-    return (p.seqlen_q * group + Policy::kBlockM - 1) / Policy::kBlockM * p.batch * p.num_heads_k;
-  };
   // The warpgroup index through a shuffle: ptxas then knows the role branch is warp-uniform
   // (a divergent path around wgmma makes it serialize every wgmma, info C7520).
   const int wg_idx = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x / 128), 0);
   if (wg_idx == 0) {
     if constexpr (Policy::kProducerRegs > 0) nv::regs_dealloc<Policy::kProducerRegs>();
     typename Pipe::Producer prod(static_cast<int>(threadIdx.x), smem);
-    const int32_t nx = x_items(), total = nx * p.num_splits;
+    // (items are (x, split) in launch order, ItemSource; the x extent is with_divisors' WorkGrid, read in each
+    // role's branch: values live across the register reallocation spilled at D 256)
+    const int32_t nx = static_cast<int32_t>(p.div_items.d), total = nx * p.num_splits;
     ItemSource<2 + Policy::kConsumers> src{total};  // ids 1: the producer's transpose, 2..: the epilogues
     for (int32_t item = src.first(); item < total; item = src.next(p, bars->fetched, prod.ptid)) {
       BlockCtx c;
@@ -77,7 +73,7 @@ __global__ void __launch_bounds__(Policy::kThreads, 1) fwd_kernel_wgmma(const __
     typename Epilogue::Scalars sc = Epilogue::kernel_scalars(p);
     const typename Policy::PQuant pq{1.f / sc.p_scale};
     typename Pipe::Consumer cons(warp / 4, smem);
-    const int32_t nx = x_items();
+    const int32_t nx = static_cast<int32_t>(p.div_items.d);
     for (int32_t item; (item = cons.next_item(bars)) >= 0;) {
       BlockCtx c;
       const int32_t split = p.div_items.div(item);
