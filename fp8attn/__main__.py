@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import importlib.util
 import json
 import statistics
 import subprocess
@@ -91,6 +92,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", default=None, help="also write the results to this file")
     ap.add_argument("--no-model", action="store_true", help="skip the end-to-end perplexity comparison")
     args = ap.parse_args(argv)
+    missing = [] if args.no_model else _missing_model_packages()
+    if missing:
+        print(f"python -m fp8attn: the model comparison needs {', '.join(missing)} (bash scripts/setup.sh installs "
+              "the pinned versions); --no-model skips it", file=sys.stderr)
+        return 2
     device = torch.device(args.device) if args.device else best_device()
     torch.manual_seed(0)
 
@@ -122,14 +128,16 @@ def _commit() -> str | None:
     return out.stdout.strip() or None
 
 
-def _model_comparison(device: torch.device) -> dict | None:
+def _model_comparison(device: torch.device) -> dict:
     """Held-out perplexity of the embedded model with bf16 and FP8 attention (fp8attn.eval)."""
-    try:
-        from .eval import compare
-    except ImportError as e:  # transformers is optional for the kernel itself
-        print(f"  (model comparison skipped: {e})")
-        return None
+    from .eval import compare
+
     return compare(device=str(device))
+
+
+def _missing_model_packages() -> list[str]:
+    """The packages the model comparison imports that are not installed (scripts/setup.sh installs them)."""
+    return [m for m in ("transformers", "safetensors") if importlib.util.find_spec(m) is None]
 
 
 if __name__ == "__main__":

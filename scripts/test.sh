@@ -22,6 +22,7 @@ rc=$?
 set -e
 if [ $rc -eq 5 ]; then echo "pytest collected no tests"; exit 1; fi
 [ $rc -eq 0 ] || exit $rc
+# (The vLLM engine test, in a vLLM 0.32 CPU virtualenv of its own, goes here.)
 echo "== GPU kernel compile-checks"
 bash scripts/ci_nvcc_check.sh
 bash scripts/ci_rocm_check.sh
