@@ -1,16 +1,28 @@
 #include "fwd_args.h"
 
+#include <ATen/MemoryOverlap.h>
+
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kernels/numeric/fp8.h"
+#include "kernels/variant.h"
 
 namespace fp8attn {
 namespace {
 
 constexpr int64_t kHeadDims[] = {64, 80, 96, 112, 128, 192, 256};
+// The widest KV tile of any implementation (the Hopper wgmma pipeline's); the CPU takes any tile
+// up to it, the GPU kernels their own (fwd_unsupported_reason).
+constexpr int64_t kMaxKvTile = 128;
+constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
+
+using Named = std::pair<const char*, const at::Tensor*>;
+using NamedOpt = std::pair<const char*, const std::optional<at::Tensor>*>;
 
 std::string head_dims_str() {
   std::string s;
@@ -18,65 +30,341 @@ std::string head_dims_str() {
   return s;
 }
 
-void check_device(const at::Tensor& t, const at::Tensor& q, const char* name) {
-  TORCH_CHECK_VALUE(t.device() == q.device(), name, " must be on the same device as q (", q.device(),
-                    "), got ", t.device());
+// ---- the layout of a call, as the shape checks found it
+struct Layout {
+  bool varlen_q = false, varlen_k = false, paged = false;
+  int64_t B = 0, H = 0, Hkv = 0, D = 0;
+  int64_t T = 0;  // varlen q rows (0 when dense)
+};
+
+// Every tensor argument with its name, q first (the device the others must share).
+std::vector<Named> named_tensors(const FwdArgs& a) {
+  std::vector<Named> t = {{"q", &a.q}, {"k", &a.k}, {"v", &a.v}, {"out", &a.out}};
+  const NamedOpt opt[] = {
+      {"cu_seqlens_q", &a.cu_seqlens_q}, {"cu_seqlens_k", &a.cu_seqlens_k}, {"seqused_k", &a.seqused_k},
+      {"block_table", &a.block_table},   {"q_descale", &a.q_descale},       {"k_descale", &a.k_descale},
+      {"v_descale", &a.v_descale},       {"p_scale", &a.p_scale},           {"out_scale", &a.out_scale}};
+  for (const auto& [name, o] : opt)
+    if (o->has_value()) t.emplace_back(name, &o->value());
+  return t;
 }
 
-void check_index(const std::optional<at::Tensor>& t, const at::Tensor& q, const char* name, int64_t rank) {
+void check_fits_int32(int64_t x, const char* what) {
+  TORCH_CHECK_VALUE(x <= kInt32Max, what, " = ", x, " does not fit the kernels' int32 (at most ", kInt32Max, ")");
+}
+
+void check_dtypes(const FwdArgs& a, FwdParams& p) {
+  const at::Tensor &q = a.q, &k = a.k, &v = a.v, &out = a.out;
+  p.fp8_kind = fp8_kind_of(k.scalar_type(), "k");
+  TORCH_CHECK_TYPE(v.scalar_type() == k.scalar_type(), "v must have k's dtype (", k.scalar_type(), "), got ",
+                   v.scalar_type());
+  const auto qt = q.scalar_type();
+  if (is_fp8(qt)) {
+    TORCH_CHECK_TYPE(qt == k.scalar_type(), "an FP8 q must have k's dtype (", k.scalar_type(), "), got ", qt);
+    p.q_type = ElemType::FP8;
+  } else {
+    TORCH_CHECK_TYPE(qt == at::kBFloat16 || qt == at::kHalf, "q must be FP8 (k's dtype), bfloat16 or float16, got ",
+                     qt);
+    p.q_type = qt == at::kBFloat16 ? ElemType::BF16 : ElemType::FP16;
+  }
+  if (a.out_scale) {
+    TORCH_CHECK_TYPE(out.scalar_type() == k.scalar_type(), "out must have k's FP8 dtype (", k.scalar_type(),
+                     ") when out_scale is given, got ", out.scalar_type());
+    p.out_type = ElemType::FP8;
+  } else {
+    TORCH_CHECK_TYPE(out.scalar_type() == at::kBFloat16 || out.scalar_type() == at::kHalf,
+                     "out must be bfloat16 or float16 without out_scale (FP8 output needs out_scale), got ",
+                     out.scalar_type());
+    p.out_type = out.scalar_type() == at::kBFloat16 ? ElemType::BF16 : ElemType::FP16;
+  }
+  const NamedOpt index[] = {{"cu_seqlens_q", &a.cu_seqlens_q}, {"cu_seqlens_k", &a.cu_seqlens_k},
+                            {"seqused_k", &a.seqused_k}, {"block_table", &a.block_table}};
+  for (const auto& [name, t] : index)
+    TORCH_CHECK_TYPE(!*t || (*t)->scalar_type() == at::kInt, name, " must be int32, got ", (*t)->scalar_type());
+  const NamedOpt scales[] = {{"q_descale", &a.q_descale}, {"k_descale", &a.k_descale}, {"v_descale", &a.v_descale},
+                             {"p_scale", &a.p_scale}, {"out_scale", &a.out_scale}};
+  for (const auto& [name, t] : scales)
+    TORCH_CHECK_TYPE(!*t || (*t)->scalar_type() == at::kFloat, name, " must be a float32 tensor, got ",
+                     (*t)->scalar_type());
+}
+
+// Every tensor on q's device. (A meta tensor among real ones never gets here: the dispatcher sends
+// such a call to the fake implementation, which refuses it the same way, fp8attn/_fake.py.)
+void check_devices(const FwdArgs& a) {
+  for (const auto& [name, t] : named_tensors(a))
+    TORCH_CHECK_VALUE(t->device() == a.q.device(), name, " must be on q's device (", a.q.device(), "), got ",
+                      t->device());
+}
+
+void check_last_dim_contiguous(const at::Tensor& t, const char* name) {
+  TORCH_CHECK_VALUE(t.stride(-1) == 1 || t.size(-1) <= 1, name,
+                    " must be contiguous in its last (head) dimension, got strides ", t.strides());
+}
+
+void check_index_shape(const std::optional<at::Tensor>& t, const char* name, int64_t rank) {
   if (!t) return;
-  TORCH_CHECK_TYPE(t->scalar_type() == at::kInt, name, " must be int32, got ", t->scalar_type());
   TORCH_CHECK_VALUE(t->dim() == rank, name, " must have ", rank, " dimension(s), got shape ", t->sizes());
-  TORCH_CHECK_VALUE(t->stride(-1) == 1 || t->size(-1) <= 1, name, " must be contiguous in its last dimension");
-  check_device(*t, q, name);
+  check_last_dim_contiguous(*t, name);
 }
 
-// Returns the per-head stride (0: per tensor, 1: per head) of a scale tensor.
-int32_t check_scale(const std::optional<at::Tensor>& t, const at::Tensor& q, const char* name,
-                    int64_t heads) {
+Layout check_layout(const FwdArgs& a) {
+  const at::Tensor &q = a.q, &k = a.k, &v = a.v, &out = a.out;
+  Layout L;
+  L.varlen_q = q.dim() == 3;
+  TORCH_CHECK_VALUE(q.dim() == 4 || q.dim() == 3, "q must be [B, Sq, H, D] (dense) or [T, H, D] (varlen), got shape ",
+                    q.sizes());
+  TORCH_CHECK_VALUE(L.varlen_q == a.cu_seqlens_q.has_value(),
+                    L.varlen_q ? "cu_seqlens_q is required for a 3-d (varlen) q"
+                               : "cu_seqlens_q is only valid with a 3-d (varlen) q [T, H, D]");
+  check_index_shape(a.cu_seqlens_q, "cu_seqlens_q", 1);
+  check_index_shape(a.cu_seqlens_k, "cu_seqlens_k", 1);
+  check_index_shape(a.seqused_k, "seqused_k", 1);
+  check_index_shape(a.block_table, "block_table", 2);
+
+  L.H = q.size(-2);
+  L.D = q.size(-1);
+  L.B = L.varlen_q ? a.cu_seqlens_q->numel() - 1 : q.size(0);
+  L.T = L.varlen_q ? q.size(0) : 0;
+  TORCH_CHECK_VALUE(L.B >= 0, "cu_seqlens_q must have at least 1 element");
+  TORCH_CHECK_VALUE(is_supported_head_dim(L.D), "head dim (q.shape[-1]) ", L.D, " is not supported; supported: ",
+                    head_dims_str());
+  L.paged = a.block_table.has_value();
+  L.varlen_k = !L.paged && k.dim() == 3;
+  if (L.paged) {
+    TORCH_CHECK_VALUE(k.dim() == 4,
+                      "k must be a paged cache [num_blocks, block_size, Hkv, D] with block_table, got shape ", k.sizes());
+    TORCH_CHECK_VALUE(a.seqused_k || a.cu_seqlens_k, "a paged KV cache (block_table) needs seqused_k or cu_seqlens_k");
+  } else {
+    TORCH_CHECK_VALUE(k.dim() == 4 || k.dim() == 3,
+                      "k must be [B, Sk, Hkv, D] (dense) or [Tk, Hkv, D] (varlen), got shape ", k.sizes());
+    TORCH_CHECK_VALUE(L.varlen_k == a.cu_seqlens_k.has_value(),
+                      L.varlen_k ? "cu_seqlens_k is required for a 3-d (varlen) k"
+                                 : "cu_seqlens_k is only valid with a 3-d (varlen) k or a paged cache");
+  }
+  TORCH_CHECK_VALUE(v.sizes() == k.sizes(), "v must have k's shape ", k.sizes(), ", got ", v.sizes());
+  L.Hkv = k.size(-2);
+  TORCH_CHECK_VALUE(k.size(-1) == L.D, "k head dim ", k.size(-1), " must equal q head dim ", L.D);
+  TORCH_CHECK_VALUE(L.Hkv > 0 && L.H % L.Hkv == 0, "the number of q heads (", L.H,
+                    ") must be a multiple of the number of k/v heads (", L.Hkv, ")");
+  TORCH_CHECK_VALUE(out.sizes() == q.sizes(), "out must have q's shape ", q.sizes(), ", got ", out.sizes());
+  for (const Named& t : {Named{"q", &q}, Named{"k", &k}, Named{"v", &v}, Named{"out", &out}})
+    check_last_dim_contiguous(*t.second, t.first);
+  if (!L.paged && !L.varlen_k)
+    TORCH_CHECK_VALUE(k.size(0) == L.B, "k batch size ", k.size(0), " must equal the batch size ", L.B);
+  if (a.seqused_k)
+    TORCH_CHECK_VALUE(a.seqused_k->numel() == L.B, "seqused_k must have B = ", L.B, " elements, got ",
+                      a.seqused_k->numel());
+  if (L.paged) {
+    TORCH_CHECK_VALUE(a.block_table->size(0) == L.B, "block_table must have B = ", L.B, " rows, got shape ",
+                      a.block_table->sizes());
+    TORCH_CHECK_VALUE(k.size(1) > 0, "k block_size (k.shape[1]) must be positive");
+  }
+  // Sizes that become int32 fields of the params.
+  check_fits_int32(L.B, "the batch size");
+  check_fits_int32(q.size(q.dim() - 3), L.varlen_q ? "q.shape[0] (T)" : "q.shape[1] (Sq)");
+  check_fits_int32(k.size(0), "k.shape[0]");
+  check_fits_int32(k.size(1), "k.shape[1]");
+  check_fits_int32(L.H, "the number of q heads");
+  return L;
+}
+
+// out must not overlap itself nor any input (as PyTorch's own ops refuse; TooHard, i.e. strided
+// views whose overlap ATen cannot decide cheaply, passes as it does there).
+void check_no_overlap(const at::Tensor& dst, const char* dst_name, const std::vector<Named>& inputs) {
+  TORCH_CHECK_VALUE(at::has_internal_overlap(dst) != at::MemOverlap::Yes, dst_name,
+                    " must not overlap itself (an expanded or stride-0 tensor): every element it holds is written");
+  for (const auto& [name, t] : inputs) {
+    if (t == &dst) continue;
+    const auto s = at::get_overlap_status(dst, *t);
+    TORCH_CHECK_VALUE(s != at::MemOverlapStatus::Full && s != at::MemOverlapStatus::Partial, dst_name,
+                      " must not share memory with ", name, " (", dst_name, " is written, ", name, " read)");
+  }
+}
+
+void check_scalars(const FwdArgs& a) {
+  // softmax_scale and softcap become float32: finite (and, where non-zero, non-zero) there too.
+  const float ss = static_cast<float>(a.softmax_scale), sc = static_cast<float>(a.softcap);
+  TORCH_CHECK_VALUE(std::isfinite(a.softmax_scale) && a.softmax_scale > 0 && std::isfinite(ss) && ss > 0,
+                    "softmax_scale must be positive and finite as a float32, got ", a.softmax_scale);
+  TORCH_CHECK_VALUE(std::isfinite(a.softcap) && a.softcap >= 0 && std::isfinite(sc) && (a.softcap == 0 || sc > 0),
+                    "softcap must be 0 (off) or positive and finite as a float32, got ", a.softcap);
+  TORCH_CHECK_VALUE(a.window_left >= -1 && a.window_right >= -1 && a.window_left <= kInt32Max &&
+                        a.window_right <= kInt32Max,
+                    "window_size entries must be in [-1, ", kInt32Max, "] (-1 = unbounded), got (", a.window_left,
+                    ", ", a.window_right, ")");
+  TORCH_CHECK_VALUE(a.kv_tile >= 0 && a.kv_tile <= kMaxKvTile, "kv_tile must be in [0, ", kMaxKvTile,
+                    "] (0: the implementation's default; ", kMaxKvTile,
+                    ": the widest tile of any implementation), got ", a.kv_tile);
+  TORCH_CHECK_VALUE(a.max_seqlen_q >= 0 && a.max_seqlen_q <= kInt32Max, "max_seqlen_q must be in [0, ", kInt32Max,
+                    "], got ", a.max_seqlen_q);
+  TORCH_CHECK_VALUE(a.max_seqlen_k >= 0 && a.max_seqlen_k <= kInt32Max, "max_seqlen_k must be in [0, ", kInt32Max,
+                    "], got ", a.max_seqlen_k);
+}
+
+// ---- scales
+template <Fp8Kind K>
+float smallest_subnormal() {
+  return fp8_decode<K>(1);
+}
+
+// Returns the per-head stride (0: per tensor, 1: per head) of a scale tensor; its values, when on
+// the host, must be positive and finite.
+int32_t check_scale_shape(const std::optional<at::Tensor>& t, const char* name, int64_t heads) {
   if (!t) return 0;
-  TORCH_CHECK_TYPE(t->scalar_type() == at::kFloat, name, " must be a float32 tensor, got ", t->scalar_type());
   const int64_t n = t->numel();
   TORCH_CHECK_VALUE(n == 1 || (heads > 1 && n == heads), name, " must have 1 element (per tensor)",
                     heads > 1 ? " or " + std::to_string(heads) + " (per head)" : std::string(), ", got shape ",
                     t->sizes());
   TORCH_CHECK_VALUE(t->is_contiguous(), name, " must be contiguous");
-  check_device(*t, q, name);
-  if (t->device().is_cpu()) {
-    const float* p = t->data_ptr<float>();
-    for (int64_t i = 0; i < n; ++i)
-      TORCH_CHECK_VALUE(std::isfinite(p[i]) && p[i] > 0.f, name, " must be positive and finite, got ", p[i]);
-  }
   return n == 1 ? 0 : 1;
 }
 
-void check_cu_seqlens(const at::Tensor& cu, const char* name, int64_t batch, int64_t total, bool exact_total) {
+// The values of a host scale (empty when absent: 1.0; or on the device: not checked).
+std::vector<float> host_values(const std::optional<at::Tensor>& t, const char* name) {
+  if (!t || !t->device().is_cpu()) return {};
+  const float* p = t->data_ptr<float>();
+  std::vector<float> v(p, p + t->numel());
+  for (float x : v) TORCH_CHECK_VALUE(std::isfinite(x) && x > 0.f, name, " must be positive and finite, got ", x);
+  return v;
+}
+
+// The bounds that keep the kernels' float32 arithmetic finite and meaningful for every scale whose
+// value is on the host (docs/numerics.md, "Scale bounds"; on the device they are the caller's contract:
+// the op never synchronises to read them).
+template <Fp8Kind K>
+void check_scale_values(const FwdArgs& a, const Layout& L, const FwdParams& p) {
+  constexpr float kFMax = std::numeric_limits<float>::max();
+  const float fp8_max = Fp8Traits<K>::kMax;
+  const auto qd = host_values(a.q_descale, "q_descale"), kd = host_values(a.k_descale, "k_descale"),
+             vd = host_values(a.v_descale, "v_descale"), ps = host_values(a.p_scale, "p_scale"),
+             os = host_values(a.out_scale, "out_scale");
+  // Dequantized values (fp8 x scale) are finite in float32.
+  using NamedValues = std::pair<const char*, const std::vector<float>*>;
+  for (const auto& [name, v] : {NamedValues{"q_descale", &qd}, NamedValues{"k_descale", &kd},
+                                NamedValues{"v_descale", &vd}})
+    for (float x : *v)
+      TORCH_CHECK_VALUE(x <= kFMax / fp8_max, name, " = ", x, " makes dequantized values (fp8 x ", name,
+                        ", up to ", fp8_max, " x ", name, ") overflow float32: it must be at most ", kFMax / fp8_max);
+  // Scales the kernels invert have a finite float32 reciprocal: q_descale when q is 16-bit (quantized
+  // by it), p_scale, out_scale.
+  const std::vector<float> none;
+  for (const auto& [name, v] : {NamedValues{"q_descale", p.q_type == ElemType::FP8 ? &none : &qd},
+                                NamedValues{"p_scale", &ps}, NamedValues{"out_scale", &os}})
+    for (float x : *v)
+      TORCH_CHECK_VALUE(std::isfinite(1.f / x), name, " = ", x, " has no finite float32 reciprocal (the kernels ",
+                        "multiply by 1 / ", name, "): it must be at least ", 1.f / kFMax);
+  // P = 1 (every row's largest probability in a tile) quantizes to a non-zero code, or l = 0: p_scale
+  // < 2 / (the smallest subnormal of the FP8 type).
+  for (float x : ps)
+    TORCH_CHECK_VALUE(PQuantize<K>{1.f / x}(1.f) > 0.f, "p_scale = ", x,
+                      " quantizes P = 1 to the FP8 code 0 (every probability would be 0): it must be below ",
+                      2.f / smallest_subnormal<K>(), " = 2 / the smallest subnormal of the FP8 type");
+  // The largest logit the kernels can form, |q8 . k8| <= D max_F^2 times softmax_scale q_descale k_descale
+  // (over softcap, when capped), is finite in float32: checked when every descale is known here.
+  const bool known = (!a.q_descale || !qd.empty()) && (!a.k_descale || !kd.empty());
+  if (!known) return;
+  const int64_t group = L.H / L.Hkv;
+  for (int64_t h = 0; h < L.H; ++h) {
+    const float q_s = qd.empty() ? 1.f : qd[qd.size() == 1 ? 0 : h];
+    const float k_s = kd.empty() ? 1.f : kd[kd.size() == 1 ? 0 : h / group];
+    const LogitsTransform t =
+        LogitsTransform::make(static_cast<float>(a.softmax_scale), q_s * k_s, static_cast<float>(a.softcap));
+    const float reach = t.has_softcap ? t.inv_softcap : t.scale_log2 * static_cast<float>(L.D) * fp8_max * fp8_max;
+    TORCH_CHECK_VALUE(std::isfinite(reach), "softmax_scale (", a.softmax_scale, ") x q_descale (", q_s,
+                      ") x k_descale (", k_s, t.has_softcap ? ") / softcap" : ") x the largest |q8 . k8|",
+                      " overflows float32 (head ", h, "): the logits would not be finite");
+  }
+}
+
+// ---- index values
+void check_cu_seqlens(const at::Tensor& cu, const char* name, int64_t batch, int64_t rows) {
   TORCH_CHECK_VALUE(cu.numel() == batch + 1, name, " must have batch + 1 = ", batch + 1, " elements, got ",
                     cu.numel());
-  const at::Tensor c = cu.contiguous();
-  const int32_t* p = c.data_ptr<int32_t>();
+  const int32_t* p = cu.data_ptr<int32_t>();
   TORCH_CHECK_VALUE(p[0] == 0, name, "[0] must be 0, got ", p[0]);
   for (int64_t i = 0; i < batch; ++i)
     TORCH_CHECK_VALUE(p[i + 1] >= p[i], name, " must be non-decreasing, got ", p[i], " then ", p[i + 1],
                       " at index ", i);
-  if (total >= 0) {
-    TORCH_CHECK_VALUE(exact_total ? p[batch] == total : p[batch] <= total, name, "[-1] = ", p[batch],
-                      exact_total ? " must equal the number of rows " : " must not exceed the number of rows ",
-                      total);
-  }
+  // Rows past cu[-1] are padding (vLLM pads a captured batch): never read, out never written there.
+  if (rows >= 0)
+    TORCH_CHECK_VALUE(p[batch] <= rows, name, "[-1] = ", p[batch], " must not exceed the number of rows ", rows);
 }
 
 int64_t max_diff(const at::Tensor& cu) {
-  const at::Tensor c = cu.contiguous();
-  const int32_t* p = c.data_ptr<int32_t>();
+  const int32_t* p = cu.data_ptr<int32_t>();
   int64_t m = 0;
-  for (int64_t i = 0; i + 1 < c.numel(); ++i) m = std::max<int64_t>(m, p[i + 1] - p[i]);
+  for (int64_t i = 0; i + 1 < cu.numel(); ++i) m = std::max<int64_t>(m, p[i + 1] - p[i]);
   return m;
 }
 
-void check_last_dim_contiguous(const at::Tensor& t, const char* name) {
-  TORCH_CHECK_VALUE(t.stride(-1) == 1, name, " must be contiguous in its last (head) dimension, got strides ",
-                    t.strides());
+// What the index checks learned: the keys of each sequence (empty when unknown on the host) and the
+// exact maximum q length (-1 when unknown).
+struct IndexInfo {
+  std::vector<int64_t> k_lens;
+  int64_t max_q_len = -1;
+};
+
+// Host index tensors are always checked. Device ones only when the caller left a max_seqlen unknown
+// (0): deriving it needs a host copy anyway, so the copy is checked too. With both bounds given the
+// op never synchronises (graph capture), and the kernels clamp instead.
+IndexInfo check_index_values(const FwdArgs& a, const Layout& L) {
+  const at::Tensor& k = a.k;
+  const bool sync_ok = (L.varlen_q && a.max_seqlen_q == 0) || ((L.paged || L.varlen_k) && a.max_seqlen_k == 0);
+  auto host = [&](const std::optional<at::Tensor>& t) -> std::optional<at::Tensor> {
+    if (!t) return std::nullopt;
+    if (t->device().is_cpu()) return t->contiguous();
+    if (sync_ok) return t->cpu().contiguous();
+    return std::nullopt;
+  };
+  const auto cu_q = host(a.cu_seqlens_q), cu_k = host(a.cu_seqlens_k), used_k = host(a.seqused_k),
+             table = host(a.block_table);
+  IndexInfo info;
+  if (cu_q) {
+    check_cu_seqlens(*cu_q, "cu_seqlens_q", L.B, L.T);
+    info.max_q_len = max_diff(*cu_q);
+  }
+  if (cu_k) check_cu_seqlens(*cu_k, "cu_seqlens_k", L.B, L.varlen_k ? k.size(0) : -1);
+  // Keys each sequence may use: dense Sk, varlen its cu_seqlens_k span, paged whatever its table holds.
+  std::vector<int64_t>& k_lens = info.k_lens;
+  const char* k_lens_from = "cu_seqlens_k";
+  if (!L.paged && !L.varlen_k) {
+    k_lens.assign(L.B, k.size(1));
+  } else if (cu_k) {
+    const int32_t* c = cu_k->data_ptr<int32_t>();
+    for (int64_t b = 0; b < L.B; ++b) k_lens.push_back(c[b + 1] - c[b]);
+  }
+  if (a.seqused_k && !used_k) {
+    k_lens.clear();  // the used lengths are on the device and unknown here
+  } else if (used_k) {
+    const int32_t* u = used_k->data_ptr<int32_t>();
+    const bool bounded = !k_lens.empty();
+    k_lens.resize(L.B);
+    for (int64_t b = 0; b < L.B; ++b) {
+      TORCH_CHECK_VALUE(u[b] >= 0, "seqused_k[", b, "] = ", u[b], " must be >= 0");
+      if (bounded)
+        TORCH_CHECK_VALUE(u[b] <= k_lens[b], "seqused_k[", b, "] = ", u[b], " must not exceed the ", k_lens[b],
+                          " keys of sequence ", b, L.paged || L.varlen_k ? " (cu_seqlens_k)" : " (k.shape[1])");
+      k_lens[b] = u[b];
+    }
+    k_lens_from = "seqused_k";
+  }
+  if (L.paged && table && !k_lens.empty()) {
+    const int64_t bs = k.size(1), nb = k.size(0), max_blocks = a.block_table->size(1);
+    const int32_t* bt = table->data_ptr<int32_t>();
+    for (int64_t b = 0; b < L.B; ++b) {
+      const int64_t need = (k_lens[b] + bs - 1) / bs;
+      TORCH_CHECK_VALUE(need <= max_blocks, "block_table is too narrow: sequence ", b, " uses ", k_lens[b], " keys (",
+                        k_lens_from, "), ", need, " blocks of ", bs, ", but block_table has ", max_blocks,
+                        " columns");
+      // Entries past `need` are never read (vLLM leaves its null block 0 there).
+      for (int64_t i = 0; i < need; ++i) {
+        const int32_t blk = bt[b * max_blocks + i];
+        TORCH_CHECK_VALUE(blk >= 0 && blk < nb, "block_table[", b, ", ", i, "] = ", blk, " is out of range [0, ", nb,
+                          ")");
+      }
+    }
+  }
+  return info;
 }
 
 // Strides of a [B, S, H, D] (batch = dim 0; a cache's block) or [T, H, D] (no batch) tensor.
@@ -85,6 +373,72 @@ void set_strides(const at::Tensor& t, int64_t* batch, int64_t* row, int64_t* hea
   *batch = o ? t.stride(0) : 0;
   *row = t.stride(o);
   *head = t.stride(o + 1);
+}
+
+void fill_params(const FwdArgs& a, const Layout& L, const IndexInfo& info, FwdParams& p) {
+  const at::Tensor &q = a.q, &k = a.k, &v = a.v, &out = a.out;
+  p.q = q.data_ptr();
+  p.k = k.data_ptr();
+  p.v = v.data_ptr();
+  p.out = out.data_ptr();
+  set_strides(q, &p.q_batch_stride, &p.q_row_stride, &p.q_head_stride);
+  set_strides(out, &p.o_batch_stride, &p.o_row_stride, &p.o_head_stride);
+  set_strides(k, &p.k_batch_stride, &p.k_row_stride, &p.k_head_stride);
+  set_strides(v, &p.v_batch_stride, &p.v_row_stride, &p.v_head_stride);
+  p.cu_seqlens_q = L.varlen_q ? a.cu_seqlens_q->data_ptr<int32_t>() : nullptr;
+  p.cu_seqlens_k = a.cu_seqlens_k ? a.cu_seqlens_k->data_ptr<int32_t>() : nullptr;
+  p.seqused_k = a.seqused_k ? a.seqused_k->data_ptr<int32_t>() : nullptr;
+  if (L.paged) {
+    p.block_table = a.block_table->data_ptr<int32_t>();
+    p.block_table_batch_stride = a.block_table->stride(0);
+    p.page_block_size = static_cast<int32_t>(k.size(1));
+    p.num_cache_blocks = static_cast<int32_t>(k.size(0));
+  }
+  p.batch = static_cast<int32_t>(L.B);
+  p.num_heads = static_cast<int32_t>(L.H);
+  p.num_heads_k = static_cast<int32_t>(L.Hkv);
+  p.head_dim = static_cast<int32_t>(L.D);
+  p.total_q = static_cast<int32_t>(L.T);
+  if (L.varlen_k) p.total_k = static_cast<int32_t>(k.size(0));
+  // Exact maxima where the lengths are known on the host; otherwise the caller's bounds.
+  p.seqlen_q = static_cast<int32_t>(L.varlen_q ? (info.max_q_len >= 0 ? info.max_q_len : a.max_seqlen_q) : q.size(1));
+  if (!L.paged && !L.varlen_k) {
+    p.seqlen_k = static_cast<int32_t>(k.size(1));
+  } else if (!info.k_lens.empty()) {
+    p.seqlen_k = static_cast<int32_t>(*std::max_element(info.k_lens.begin(), info.k_lens.end()));
+  } else {
+    p.seqlen_k = static_cast<int32_t>(a.max_seqlen_k);
+  }
+
+  p.q_descale = a.q_descale ? a.q_descale->data_ptr<float>() : nullptr;
+  p.k_descale = a.k_descale ? a.k_descale->data_ptr<float>() : nullptr;
+  p.v_descale = a.v_descale ? a.v_descale->data_ptr<float>() : nullptr;
+  p.p_scale_ptr = a.p_scale ? a.p_scale->data_ptr<float>() : nullptr;
+  p.p_scale_default = p.fp8_kind == Fp8Kind::E4M3FN ? Fp8Traits<Fp8Kind::E4M3FN>::kDefaultPScale
+                                                    : Fp8Traits<Fp8Kind::E4M3FNUZ>::kDefaultPScale;
+  p.out_scale = a.out_scale ? a.out_scale->data_ptr<float>() : nullptr;
+  p.softmax_scale = static_cast<float>(a.softmax_scale);
+  p.softcap = static_cast<float>(a.softcap);
+  p.is_causal = a.causal;
+  p.window_left = static_cast<int32_t>(a.window_left);
+  p.window_right = static_cast<int32_t>(a.causal ? 0 : a.window_right);
+  p.kv_tile = static_cast<int32_t>(a.kv_tile);
+}
+
+at::Tensor make_lse(const FwdArgs& a, const Layout& L, FwdParams& p) {
+  const auto opts = a.q.options().dtype(at::kFloat);
+  if (!a.return_softmax_lse) return at::empty({0}, opts);
+  at::Tensor lse = L.varlen_q ? at::empty({L.H, L.T}, opts) : at::empty({L.B, L.H, a.q.size(1)}, opts);
+  p.lse = lse.data_ptr<float>();
+  if (L.varlen_q) {
+    p.lse_head_stride = lse.stride(0);
+    p.lse_row_stride = lse.stride(1);
+  } else {
+    p.lse_batch_stride = lse.stride(0);
+    p.lse_head_stride = lse.stride(1);
+    p.lse_row_stride = lse.stride(2);
+  }
+  return lse;
 }
 
 }  // namespace
@@ -103,226 +457,26 @@ Fp8Kind fp8_kind_of(at::ScalarType t, const char* arg) {
 }
 
 FwdPlan make_fwd_params(const FwdArgs& a) {
-  const at::Tensor &q = a.q, &k = a.k, &v = a.v, &out = a.out;
   FwdParams p;
-
-  // ---- dtypes
-  p.fp8_kind = fp8_kind_of(k.scalar_type(), "k");
-  TORCH_CHECK_TYPE(v.scalar_type() == k.scalar_type(), "v must have k's dtype (", k.scalar_type(), "), got ",
-                   v.scalar_type());
-  const auto qt = q.scalar_type();
-  if (is_fp8(qt)) {
-    TORCH_CHECK_TYPE(qt == k.scalar_type(), "an FP8 q must have k's dtype (", k.scalar_type(), "), got ", qt);
-    p.q_type = ElemType::FP8;
+  check_dtypes(a, p);
+  check_devices(a);
+  const Layout L = check_layout(a);
+  check_no_overlap(a.out, "out", named_tensors(a));
+  check_scalars(a);
+  p.q_descale_head_stride = check_scale_shape(a.q_descale, "q_descale", L.H);
+  p.k_descale_head_stride = check_scale_shape(a.k_descale, "k_descale", L.Hkv);
+  p.v_descale_head_stride = check_scale_shape(a.v_descale, "v_descale", L.Hkv);
+  check_scale_shape(a.p_scale, "p_scale", 1);
+  check_scale_shape(a.out_scale, "out_scale", 1);
+  if (p.fp8_kind == Fp8Kind::E4M3FN) {
+    check_scale_values<Fp8Kind::E4M3FN>(a, L, p);
   } else {
-    TORCH_CHECK_TYPE(qt == at::kBFloat16 || qt == at::kHalf, "q must be FP8 (k's dtype), bfloat16 or float16, got ",
-                     qt);
-    p.q_type = qt == at::kBFloat16 ? ElemType::BF16 : ElemType::FP16;
+    check_scale_values<Fp8Kind::E4M3FNUZ>(a, L, p);
   }
-  const bool fp8_out = a.out_scale.has_value();
-  if (fp8_out) {
-    TORCH_CHECK_TYPE(out.scalar_type() == k.scalar_type(), "out must have k's FP8 dtype (", k.scalar_type(),
-                     ") when out_scale is given, got ", out.scalar_type());
-    p.out_type = ElemType::FP8;
-  } else {
-    TORCH_CHECK_TYPE(out.scalar_type() == at::kBFloat16 || out.scalar_type() == at::kHalf,
-                     "out must be bfloat16 or float16 without out_scale (FP8 output needs out_scale), got ",
-                     out.scalar_type());
-    p.out_type = out.scalar_type() == at::kBFloat16 ? ElemType::BF16 : ElemType::FP16;
-  }
-
-  // ---- devices
-  check_device(k, q, "k");
-  check_device(v, q, "v");
-  check_device(out, q, "out");
-
-  // ---- layouts and shapes
-  const bool varlen_q = q.dim() == 3;
-  TORCH_CHECK_VALUE(q.dim() == 4 || q.dim() == 3, "q must be [B, Sq, H, D] (dense) or [T, H, D] (varlen), got shape ",
-                    q.sizes());
-  TORCH_CHECK_VALUE(varlen_q == a.cu_seqlens_q.has_value(),
-                    varlen_q ? "cu_seqlens_q is required for a 3-d (varlen) q"
-                             : "cu_seqlens_q is only valid with a 3-d (varlen) q [T, H, D]");
-  check_index(a.cu_seqlens_q, q, "cu_seqlens_q", 1);
-  check_index(a.cu_seqlens_k, q, "cu_seqlens_k", 1);
-  check_index(a.seqused_k, q, "seqused_k", 1);
-  check_index(a.block_table, q, "block_table", 2);
-
-  const int64_t H = q.size(-2), D = q.size(-1);
-  const int64_t B = varlen_q ? a.cu_seqlens_q->numel() - 1 : q.size(0);
-  TORCH_CHECK_VALUE(B >= 0, "cu_seqlens_q must have at least 1 element");
-  TORCH_CHECK_VALUE(is_supported_head_dim(D), "head dim (q.shape[-1]) ", D, " is not supported; supported: ",
-                    head_dims_str());
-  const bool paged = a.block_table.has_value();
-  const bool varlen_k = !paged && k.dim() == 3;
-  if (paged) {
-    TORCH_CHECK_VALUE(k.dim() == 4, "k must be a paged cache [num_blocks, block_size, Hkv, D] with block_table, got shape ",
-                      k.sizes());
-    TORCH_CHECK_VALUE(a.seqused_k || a.cu_seqlens_k, "a paged KV cache (block_table) needs seqused_k or cu_seqlens_k");
-  } else {
-    TORCH_CHECK_VALUE(k.dim() == 4 || k.dim() == 3, "k must be [B, Sk, Hkv, D] (dense) or [Tk, Hkv, D] (varlen), got shape ",
-                      k.sizes());
-    TORCH_CHECK_VALUE(varlen_k == a.cu_seqlens_k.has_value(),
-                      varlen_k ? "cu_seqlens_k is required for a 3-d (varlen) k"
-                               : "cu_seqlens_k is only valid with a 3-d (varlen) k or a paged cache");
-  }
-  TORCH_CHECK_VALUE(v.sizes() == k.sizes(), "v must have k's shape ", k.sizes(), ", got ", v.sizes());
-  const int64_t Hkv = k.size(-2);
-  TORCH_CHECK_VALUE(k.size(-1) == D, "k head dim ", k.size(-1), " must equal q head dim ", D);
-  TORCH_CHECK_VALUE(Hkv > 0 && H % Hkv == 0, "the number of q heads (", H, ") must be a multiple of the number of k/v heads (",
-                    Hkv, ")");
-  TORCH_CHECK_VALUE(out.sizes() == q.sizes(), "out must have q's shape ", q.sizes(), ", got ", out.sizes());
-  check_last_dim_contiguous(q, "q");
-  check_last_dim_contiguous(k, "k");
-  check_last_dim_contiguous(v, "v");
-  check_last_dim_contiguous(out, "out");
-  if (!paged && !varlen_k) {
-    TORCH_CHECK_VALUE(k.size(0) == B, "k batch size ", k.size(0), " must equal the batch size ", B);
-  }
-  if (a.seqused_k) {
-    TORCH_CHECK_VALUE(a.seqused_k->numel() == B, "seqused_k must have B = ", B, " elements, got ", a.seqused_k->numel());
-  }
-  if (paged) {
-    TORCH_CHECK_VALUE(a.block_table->size(0) == B, "block_table must have B = ", B, " rows, got shape ",
-                      a.block_table->sizes());
-    TORCH_CHECK_VALUE(k.size(1) > 0, "k block_size (k.shape[1]) must be positive");
-  }
-
-  // ---- scalars
-  TORCH_CHECK_VALUE(std::isfinite(a.softmax_scale) && a.softmax_scale > 0, "softmax_scale must be positive and finite, got ",
-                    a.softmax_scale);
-  TORCH_CHECK_VALUE(std::isfinite(a.softcap) && a.softcap >= 0, "softcap must be >= 0 and finite, got ", a.softcap);
-  TORCH_CHECK_VALUE(a.window_left >= -1 && a.window_right >= -1,
-                    "window_size entries must be >= -1 (-1 = unbounded), got (", a.window_left, ", ", a.window_right, ")");
-  TORCH_CHECK_VALUE(a.kv_tile >= 0, "kv_tile must be >= 0, got ", a.kv_tile);
-  TORCH_CHECK_VALUE(a.max_seqlen_q >= 0 && a.max_seqlen_k >= 0, "max_seqlen_q / max_seqlen_k must be >= 0");
-
-  // ---- scales
-  p.q_descale_head_stride = check_scale(a.q_descale, q, "q_descale", H);
-  p.k_descale_head_stride = check_scale(a.k_descale, q, "k_descale", Hkv);
-  p.v_descale_head_stride = check_scale(a.v_descale, q, "v_descale", Hkv);
-  check_scale(a.p_scale, q, "p_scale", 1);
-  check_scale(a.out_scale, q, "out_scale", 1);
-
-  // ---- index values. Host tensors are always checked. Device ones only when the caller left a
-  // max_seqlen unknown (0): deriving it needs a host copy anyway, so the copy is checked too. With
-  // both bounds given the op never synchronises (graph capture), and the kernels clamp instead.
-  const int64_t T = varlen_q ? q.size(0) : 0;
-  const bool sync_ok = (varlen_q && a.max_seqlen_q == 0) || ((paged || varlen_k) && a.max_seqlen_k == 0);
-  auto host = [&](const std::optional<at::Tensor>& t) -> std::optional<at::Tensor> {
-    if (!t) return std::nullopt;
-    if (t->device().is_cpu()) return t->contiguous();
-    if (sync_ok) return t->cpu().contiguous();
-    return std::nullopt;
-  };
-  const auto cu_q = host(a.cu_seqlens_q), cu_k = host(a.cu_seqlens_k), used_k = host(a.seqused_k),
-             table = host(a.block_table);
-  if (cu_q) check_cu_seqlens(*cu_q, "cu_seqlens_q", B, T, true);
-  if (cu_k) check_cu_seqlens(*cu_k, "cu_seqlens_k", B, varlen_k ? k.size(0) : -1, varlen_k);
-  const int64_t max_blocks = paged ? a.block_table->size(1) : 0;
-  // Keys available to each sequence (and its used length) where known on the host.
-  std::vector<int64_t> k_lens;
-  if (!paged && !varlen_k) {
-    k_lens.assign(B, k.size(1));
-  } else if (cu_k) {
-    const int32_t* c = cu_k->data_ptr<int32_t>();
-    for (int64_t b = 0; b < B; ++b) k_lens.push_back(c[b + 1] - c[b]);
-  } else if (paged && used_k) {
-    k_lens.assign(B, max_blocks * k.size(1));
-  }
-  if (used_k && !k_lens.empty()) {
-    const int32_t* u = used_k->data_ptr<int32_t>();
-    for (int64_t b = 0; b < B; ++b) {
-      TORCH_CHECK_VALUE(u[b] >= 0 && u[b] <= k_lens[b], "seqused_k[", b, "] = ", u[b], " must be in [0, ", k_lens[b],
-                        "]");
-      k_lens[b] = u[b];
-    }
-  } else if (a.seqused_k) {
-    k_lens.clear();  // the used lengths are on the device and unknown here
-  }
-  if (paged && table && !k_lens.empty()) {
-    const int64_t bs = k.size(1), nb = k.size(0);
-    const int32_t* bt = table->data_ptr<int32_t>();
-    for (int64_t b = 0; b < B; ++b) {
-      const int64_t need = (k_lens[b] + bs - 1) / bs;
-      TORCH_CHECK_VALUE(need <= max_blocks, "sequence ", b, " needs ", need, " cache blocks but block_table has ",
-                        max_blocks, " columns");
-      for (int64_t i = 0; i < need; ++i) {
-        const int32_t blk = bt[b * max_blocks + i];
-        TORCH_CHECK_VALUE(blk >= 0 && blk < nb, "block_table[", b, ", ", i, "] = ", blk, " is out of range [0, ", nb,
-                          ")");
-      }
-    }
-  }
-
-  // ---- fill params
-  p.q = q.data_ptr();
-  p.k = k.data_ptr();
-  p.v = v.data_ptr();
-  p.out = out.data_ptr();
-  set_strides(q, &p.q_batch_stride, &p.q_row_stride, &p.q_head_stride);
-  set_strides(out, &p.o_batch_stride, &p.o_row_stride, &p.o_head_stride);
-  set_strides(k, &p.k_batch_stride, &p.k_row_stride, &p.k_head_stride);
-  set_strides(v, &p.v_batch_stride, &p.v_row_stride, &p.v_head_stride);
-  p.cu_seqlens_q = varlen_q ? a.cu_seqlens_q->data_ptr<int32_t>() : nullptr;
-  p.cu_seqlens_k = a.cu_seqlens_k ? a.cu_seqlens_k->data_ptr<int32_t>() : nullptr;
-  p.seqused_k = a.seqused_k ? a.seqused_k->data_ptr<int32_t>() : nullptr;
-  if (paged) {
-    p.block_table = a.block_table->data_ptr<int32_t>();
-    p.block_table_batch_stride = a.block_table->stride(0);
-    p.page_block_size = static_cast<int32_t>(k.size(1));
-    p.num_cache_blocks = static_cast<int32_t>(k.size(0));
-  }
-  p.batch = static_cast<int32_t>(B);
-  p.num_heads = static_cast<int32_t>(H);
-  p.num_heads_k = static_cast<int32_t>(Hkv);
-  p.head_dim = static_cast<int32_t>(D);
-  p.total_q = static_cast<int32_t>(T);
-  if (varlen_k) p.total_k = static_cast<int32_t>(k.size(0));
-  // Exact maxima where the lengths are known on the host; otherwise the caller's bounds.
-  if (varlen_q) {
-    p.seqlen_q = static_cast<int32_t>(cu_q ? max_diff(*cu_q) : a.max_seqlen_q);
-  } else {
-    p.seqlen_q = static_cast<int32_t>(q.size(1));
-  }
-  if (!paged && !varlen_k) {
-    p.seqlen_k = static_cast<int32_t>(k.size(1));
-  } else if (!k_lens.empty()) {
-    p.seqlen_k = static_cast<int32_t>(*std::max_element(k_lens.begin(), k_lens.end()));
-  } else {
-    p.seqlen_k = static_cast<int32_t>(a.max_seqlen_k);
-  }
-
-  p.q_descale = a.q_descale ? a.q_descale->data_ptr<float>() : nullptr;
-  p.k_descale = a.k_descale ? a.k_descale->data_ptr<float>() : nullptr;
-  p.v_descale = a.v_descale ? a.v_descale->data_ptr<float>() : nullptr;
-  p.p_scale_ptr = a.p_scale ? a.p_scale->data_ptr<float>() : nullptr;
-  p.p_scale_default = p.fp8_kind == Fp8Kind::E4M3FN ? Fp8Traits<Fp8Kind::E4M3FN>::kDefaultPScale
-                                                    : Fp8Traits<Fp8Kind::E4M3FNUZ>::kDefaultPScale;
-  p.out_scale = a.out_scale ? a.out_scale->data_ptr<float>() : nullptr;
-  p.softmax_scale = static_cast<float>(a.softmax_scale);
-  p.softcap = static_cast<float>(a.softcap);
-  p.is_causal = a.causal;
-  p.window_left = static_cast<int32_t>(a.window_left);
-  p.window_right = static_cast<int32_t>(a.causal ? 0 : a.window_right);
-  p.kv_tile = static_cast<int32_t>(a.kv_tile);
-
+  const IndexInfo info = check_index_values(a, L);
+  fill_params(a, L, info, p);
   FwdPlan plan;
-  if (a.return_softmax_lse) {
-    const auto opts = q.options().dtype(at::kFloat);
-    plan.lse = varlen_q ? at::empty({H, T}, opts) : at::empty({B, H, q.size(1)}, opts);
-    p.lse = plan.lse.data_ptr<float>();
-    if (varlen_q) {
-      p.lse_head_stride = plan.lse.stride(0);
-      p.lse_row_stride = plan.lse.stride(1);
-    } else {
-      p.lse_batch_stride = plan.lse.stride(0);
-      p.lse_head_stride = plan.lse.stride(1);
-      p.lse_row_stride = plan.lse.stride(2);
-    }
-  } else {
-    plan.lse = at::empty({0}, q.options().dtype(at::kFloat));
-  }
+  plan.lse = make_lse(a, L, p);
   plan.params = p;
   return plan;
 }

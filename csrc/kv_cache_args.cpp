@@ -1,20 +1,28 @@
 #include "kv_cache_args.h"
 
+#include <ATen/MemoryOverlap.h>
+
 #include <cmath>
+#include <limits>
+#include <utility>
 
 #include "fwd_args.h"
 
 namespace fp8attn {
 
 namespace {
-void check_cache_scale(const std::optional<at::Tensor>& s, const at::Tensor& key, const char* name) {
+using Named = std::pair<const char*, const at::Tensor*>;
+
+void check_cache_scale(const std::optional<at::Tensor>& s, const char* name) {
   if (!s) return;
   TORCH_CHECK_TYPE(s->scalar_type() == at::kFloat, name, " must be float32, got ", s->scalar_type());
   TORCH_CHECK_VALUE(s->numel() == 1, name, " must have 1 element, got shape ", s->sizes());
-  TORCH_CHECK_VALUE(s->device() == key.device(), name, " must be on key's device");
   if (s->device().is_cpu()) {
+    // A 16-bit row is quantized as x * (1 / scale): the reciprocal must be finite in float32.
     const float x = s->data_ptr<float>()[0];
     TORCH_CHECK_VALUE(std::isfinite(x) && x > 0.f, name, " must be positive and finite, got ", x);
+    TORCH_CHECK_VALUE(std::isfinite(1.f / x), name, " = ", x, " has no finite float32 reciprocal: it must be at least ",
+                      1.f / std::numeric_limits<float>::max());
   }
 }
 }  // namespace
@@ -22,15 +30,30 @@ void check_cache_scale(const std::optional<at::Tensor>& s, const at::Tensor& key
 void check_write_kv_cache(const at::Tensor& key, const at::Tensor& value, const at::Tensor& key_cache,
                           const at::Tensor& value_cache, const at::Tensor& slot_mapping,
                           const std::optional<at::Tensor>& k_scale, const std::optional<at::Tensor>& v_scale) {
+  std::vector<Named> tensors = {{"key", &key},
+                                {"value", &value},
+                                {"key_cache", &key_cache},
+                                {"value_cache", &value_cache},
+                                {"slot_mapping", &slot_mapping}};
+  if (k_scale) tensors.emplace_back("k_scale", &*k_scale);
+  if (v_scale) tensors.emplace_back("v_scale", &*v_scale);
+  // (A meta tensor among real ones is refused by the fake implementation, fp8attn/_fake.py.)
+  for (const auto& [name, t] : tensors)
+    TORCH_CHECK_VALUE(t->device() == key.device(), name, " must be on key's device (", key.device(), "), got ",
+                      t->device());
   TORCH_CHECK_VALUE(key.dim() == 3, "key must be [T, Hkv, D], got shape ", key.sizes());
   TORCH_CHECK_VALUE(value.sizes() == key.sizes(), "value must have key's shape ", key.sizes(), ", got ", value.sizes());
-  TORCH_CHECK_TYPE(value.scalar_type() == key.scalar_type(), "value must have key's dtype");
+  TORCH_CHECK_TYPE(value.scalar_type() == key.scalar_type(), "value must have key's dtype (", key.scalar_type(),
+                   "), got ", value.scalar_type());
   TORCH_CHECK_VALUE(key_cache.dim() == 4, "key_cache must be [num_blocks, block_size, Hkv, D], got shape ",
                     key_cache.sizes());
-  TORCH_CHECK_VALUE(value_cache.sizes() == key_cache.sizes(), "value_cache must have key_cache's shape");
-  TORCH_CHECK_TYPE(value_cache.scalar_type() == key_cache.scalar_type(), "value_cache must have key_cache's dtype");
+  TORCH_CHECK_VALUE(value_cache.sizes() == key_cache.sizes(), "value_cache must have key_cache's shape ",
+                    key_cache.sizes(), ", got ", value_cache.sizes());
+  TORCH_CHECK_TYPE(value_cache.scalar_type() == key_cache.scalar_type(), "value_cache must have key_cache's dtype (",
+                   key_cache.scalar_type(), "), got ", value_cache.scalar_type());
   TORCH_CHECK_VALUE(key_cache.size(2) == key.size(1) && key_cache.size(3) == key.size(2), "key_cache heads/head dim ",
                     key_cache.sizes(), " do not match key ", key.sizes());
+  TORCH_CHECK_VALUE(key_cache.size(1) > 0, "key_cache block_size (key_cache.shape[1]) must be positive");
   const auto kt = key.scalar_type(), ct = key_cache.scalar_type();
   TORCH_CHECK_TYPE(kt == ct || (is_fp8(ct) && (kt == at::kBFloat16 || kt == at::kHalf)),
                    "key must have the cache's dtype, or be 16-bit for an FP8 cache; got key ", kt, ", cache ", ct);
@@ -39,13 +62,23 @@ void check_write_kv_cache(const at::Tensor& key, const at::Tensor& value, const 
   TORCH_CHECK_VALUE(slot_mapping.dim() == 1 && slot_mapping.size(0) >= key.size(0),
                     "slot_mapping must be 1-d with at least T = ", key.size(0), " elements, got shape ",
                     slot_mapping.sizes());
-  for (const at::Tensor* t : {&value, &key_cache, &value_cache, &slot_mapping})
-    TORCH_CHECK_VALUE(t->device() == key.device(), "all tensors must be on key's device (", key.device(), ")");
   TORCH_CHECK_VALUE(key.stride(-1) == 1 && value.stride(-1) == 1, "key/value must be contiguous in the head dim");
   TORCH_CHECK_VALUE(key_cache.stride(-1) == 1 && value_cache.stride(-1) == 1,
                     "key_cache/value_cache must be contiguous in the head dim");
-  check_cache_scale(k_scale, key, "k_scale");
-  check_cache_scale(v_scale, key, "v_scale");
+  // The caches are written: neither may overlap itself, the other, or an input.
+  for (const Named& cache : {Named{"key_cache", &key_cache}, Named{"value_cache", &value_cache}}) {
+    TORCH_CHECK_VALUE(at::has_internal_overlap(*cache.second) != at::MemOverlap::Yes, cache.first,
+                      " must not overlap itself (an expanded or stride-0 tensor)");
+    for (const auto& [name, t] : tensors) {
+      if (t == cache.second) continue;
+      const auto s = at::get_overlap_status(*cache.second, *t);
+      TORCH_CHECK_VALUE(s != at::MemOverlapStatus::Full && s != at::MemOverlapStatus::Partial, cache.first,
+                        " must not share memory with ", name);
+    }
+  }
+  check_cache_scale(k_scale, "k_scale");
+  check_cache_scale(v_scale, "v_scale");
+  // Negative slots (vLLM's padding, -1) are skipped; the others must lie in the cache.
   if (slot_mapping.device().is_cpu() && key.size(0) > 0) {
     const int64_t capacity = key_cache.size(0) * key_cache.size(1);
     const at::Tensor s = slot_mapping.slice(0, 0, key.size(0)).to(at::kLong);

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import operator
 import re
 
 import torch
@@ -35,16 +36,53 @@ def _check_tensor(x: object, name: str, optional: bool = False) -> None:
     if x is None and optional:
         return
     if not isinstance(x, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+        raise TypeError(f"{name} must be a torch.Tensor{' or None' if optional else ''}, got {type(x).__name__}")
+
+
+_INT64 = (-(2**63), 2**63 - 1)
+
+
+def _int(x: object, name: str) -> int:
+    """x as an int for an ``int`` argument of the op (int64; the op checks the field's own range)."""
+    if isinstance(x, torch.SymInt):
+        return x
+    if isinstance(x, bool):
+        raise TypeError(f"{name} must be an int, got bool")
+    try:
+        v = operator.index(x)
+    except TypeError:
+        raise TypeError(f"{name} must be an int, got {type(x).__name__}") from None
+    if not _INT64[0] <= v <= _INT64[1]:
+        raise ValueError(f"{name} = {v} does not fit in int64")
+    return v
+
+
+def _float(x: object, name: str) -> float:
+    """x as a float for a ``float`` argument of the op (the op checks that it is finite as a float32)."""
+    if isinstance(x, torch.SymFloat):
+        return x
+    if isinstance(x, (bool, str, bytes)) or not hasattr(type(x), "__float__"):
+        raise TypeError(f"{name} must be a float, got {type(x).__name__}")
+    try:
+        return float(x)
+    except (TypeError, ValueError, OverflowError) as e:
+        raise TypeError(f"{name} must be a float, got {x!r} ({e})") from None
+
+
+def _bool(x: object, name: str) -> bool:
+    if isinstance(x, torch.SymBool):
+        return x
+    if not isinstance(x, bool):
+        raise TypeError(f"{name} must be a bool, got {type(x).__name__}")
+    return x
 
 
 def _window(window_size: tuple[int, int]) -> tuple[int, int]:
     try:
         left, right = window_size
-        left, right = int(left), int(right)
     except (TypeError, ValueError):
         raise ValueError(f"window_size must be a pair of ints (left, right), got {window_size!r}") from None
-    return left, right
+    return _int(left, "window_size[0]"), _int(right, "window_size[1]")
 
 
 def forward(
@@ -81,6 +119,12 @@ def forward(
       - paged: k/v caches ``[num_blocks, block_size, Hkv, D]`` with ``block_table`` (int32
         ``[B, max_blocks]``) and ``seqused_k`` (int32 ``[B]``).
 
+    Padded batches (vLLM's full CUDA-graph capture): q may hold rows past ``cu_seqlens_q[-1]``; they are
+    never read, and their ``out`` rows and lse columns are not written (as in FlashAttention's varlen
+    forward). Padded requests have no queries (``cu_seqlens_q`` repeats) and ``seqused_k = 0``; a
+    sequence with queries and ``seqused_k = 0`` gives 0 and lse = -inf. Block-table entries past a
+    sequence's ``ceil(seqused_k / block_size)`` blocks (vLLM's null block 0) are never read.
+
     Args:
       q: FP8 (k's type), bfloat16 or float16. A 16-bit q is quantized in the kernel as
         ``sat(q / q_descale)`` (``q_descale`` None means 1.0).
@@ -93,7 +137,8 @@ def forward(
       window_size: ``(left, right)`` sliding window, -1 = unbounded.
       softcap: logits soft cap ``softcap·tanh(s/softcap)`` (0 = off).
       q_descale, k_descale, v_descale: float32 dequantization scales, 1 element or one per head
-        (H for q, Hkv for k/v). None means 1.0.
+        (H for q, Hkv for k/v). None means 1.0. Every scale is positive, finite and within the bounds of
+        docs/numerics.md ("Scale bounds"), checked on CPU tensors (the caller's contract on a GPU).
       p_scale: float32 ``[1]``; P is stored as ``sat(p / p_scale)``. None: 2^-8 (e4m3fn) or 2^-7 (e4m3fnuz).
       out_scale: float32 ``[1]``; when given, out is FP8 of k's type, ``sat(O / out_scale)``.
       out_dtype: the 16-bit output dtype without out_scale (default: q's if 16-bit, else bfloat16).
@@ -101,8 +146,8 @@ def forward(
       return_softmax_lse: also return the natural-log LSE, float32 ``[B, H, Sq]`` (dense) or ``[H, T]``.
       kv_tile: keys per online-softmax tile, i.e. how often the running max (the reference P is
         quantized against) is updated. 0 takes the implementation's default: 128 on the Hopper wgmma
-        kernels (head dims 64 / 128), 64 elsewhere. The CPU takes any positive value; CUDA / HIP take
-        64, and 128 where the Hopper wgmma kernels run.
+        kernels (head dims 64 / 128), 64 elsewhere. The CPU takes any value up to 128 (the widest
+        tile of any implementation); CUDA / HIP take 64, and 128 where the Hopper wgmma kernels run.
 
     Returns:
       ``out``, or ``(out, softmax_lse)`` when ``return_softmax_lse``.
@@ -141,6 +186,8 @@ def _forward(q, k, v, *, cu_seqlens_q=None, cu_seqlens_k=None, seqused_k=None, m
                     ("block_table", block_table), ("q_descale", q_descale), ("k_descale", k_descale),
                     ("v_descale", v_descale), ("p_scale", p_scale), ("out_scale", out_scale), ("out", out)):
         _check_tensor(x, name, optional=True)
+    if out_dtype is not None and not isinstance(out_dtype, torch.dtype):
+        raise TypeError(f"out_dtype must be a torch.dtype or None, got {type(out_dtype).__name__}")
     if k.dtype not in FP8_DTYPES:
         raise TypeError(f"k must be torch.float8_e4m3fn or torch.float8_e4m3fnuz, got {k.dtype}")
     if q.dim() < 1 or k.dim() < 1:
@@ -154,9 +201,13 @@ def _forward(q, k, v, *, cu_seqlens_q=None, cu_seqlens_k=None, seqused_k=None, m
         softmax_scale = 1.0 / math.sqrt(q.shape[-1]) if q.shape[-1] > 0 else 1.0
     left, right = _window(window_size)
     res = (_op or torch.ops.fp8attn.forward)(
-        q, k, v, out, cu_seqlens_q, cu_seqlens_k, seqused_k, int(max_seqlen_q or 0), int(max_seqlen_k or 0),
-        block_table, float(softmax_scale), bool(causal), left, right, float(softcap), q_descale, k_descale,
-        v_descale, p_scale, out_scale, bool(return_softmax_lse), int(kv_tile))
+        q=q, k=k, v=v, out=out, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, seqused_k=seqused_k,
+        max_seqlen_q=0 if max_seqlen_q is None else _int(max_seqlen_q, "max_seqlen_q"),
+        max_seqlen_k=0 if max_seqlen_k is None else _int(max_seqlen_k, "max_seqlen_k"), block_table=block_table,
+        softmax_scale=_float(softmax_scale, "softmax_scale"), causal=_bool(causal, "causal"), window_left=left,
+        window_right=right, softcap=_float(softcap, "softcap"), q_descale=q_descale, k_descale=k_descale,
+        v_descale=v_descale, p_scale=p_scale, out_scale=out_scale,
+        return_softmax_lse=_bool(return_softmax_lse, "return_softmax_lse"), kv_tile=_int(kv_tile, "kv_tile"))
     if _op is not None:
         return res
     return (out, res) if return_softmax_lse else out

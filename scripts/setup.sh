@@ -19,7 +19,7 @@ if ! "$PY" -c "import torch" 2>/dev/null; then
 fi
 pins=$(mktemp -t fp8attn-pins.XXXXXX)
 trap 'rm -f "$pins"' EXIT
-"$PY" -c "import torch; print('torch==' + torch.__version__)" >"$pins"
+"$PY" -c "import importlib.metadata as m; print('torch==' + m.version('torch'))" >"$pins"
 pip_install -c "$pins" numpy transformers==5.20.2 tokenizers==0.23.3 safetensors==0.8.0 huggingface_hub==2.4.0
 if [ -n "${FP8ATTN_WHEEL:-}" ]; then
   [ -f "$FP8ATTN_WHEEL" ] || { echo "setup.sh: FP8ATTN_WHEEL=$FP8ATTN_WHEEL is not a file" >&2; exit 1; }

@@ -53,8 +53,10 @@ class Forward {
       for (int32_t h = 0; h < p_.num_heads; ++h)
         for (int32_t r = 0; r < s.q_len; r += kRowBlock) work.push_back({b, h, r});
     }
+    // A tile never holds more keys than the longest sequence (p_.seqlen_k is exact on the host).
+    const int32_t tile_keys = std::max(1, std::min(tile_, p_.seqlen_k));
     at::parallel_for(0, static_cast<int64_t>(work.size()), 1, [&](int64_t begin, int64_t end) {
-      Scratch sc(p_.head_dim, tile_);
+      Scratch sc(p_.head_dim, tile_keys);
       for (int64_t i = begin; i < end; ++i) run_block(work[i], sc);
     });
   }
