@@ -5,7 +5,17 @@
   over KV like the kernels (tiles aligned at multiples of ``kv_tile`` from key 0, ascending), so the
   CPU and GPU implementations can be compared with it exactly.
 
-Both take the keyword arguments of ``fp8attn.forward``.
+Both take the keyword arguments of ``fp8attn.forward``, and both follow the NaN rule every
+implementation follows (docs/numerics.md, "NaN"):
+
+- a NaN in a query row's q (a 16-bit q stays NaN through ``sat(q / q_descale)``), or in the k row of a
+  key the row sees (visible under the causal / window masks, inside the sequence), makes that row's
+  whole output and its lse NaN;
+- a NaN in the v row of a key the row sees makes those output columns NaN, whatever P is there;
+- a NaN in the k of a key the row does not see never affects the row (masked scores are replaced by
+  -inf), and keys outside the sequence are never read; NaN in the v of a masked key inside the
+  sequence is unspecified (the kernels multiply it by P = 0, and 0 * NaN = NaN);
+- rows with no visible key give 0 and lse = -inf; ±inf in a 16-bit q saturates like any large value.
 """
 
 from __future__ import annotations
@@ -133,7 +143,7 @@ def ideal_attention(q, k, v, *, softmax_scale=None, causal=False, window_size=(-
         H, Hkv = seq.q8.shape[0], seq.v8.shape[0]
         v_real = (seq.v8 * _scale(v_descale, Hkv).view(Hkv, 1, 1)).repeat_interleave(H // Hkv, 0)
         lse = torch.logsumexp(s, dim=-1)
-        p = torch.exp(s - lse.unsqueeze(-1)).nan_to_num(0.0)
+        p = torch.where(lse.unsqueeze(-1) == -math.inf, 0.0, torch.exp(s - lse.unsqueeze(-1)))  # empty rows: 0
         o = p @ v_real
         _place(o_all, lse_all, q, seq, o, lse)
     return o_all, lse_all
@@ -243,9 +253,10 @@ def _quantized(q, k, v, *, kv_tile, l_mode, tie_tol, softmax_scale=None, causal=
         tile = kv_tile or max(Sk, 1)
         for t0 in range(0, Sk, tile):
             st = s[:, :, t0: t0 + tile]
-            m_new = torch.maximum(m, st.amax(-1, keepdim=True))
-            alpha = torch.exp2(m - m_new).nan_to_num(0.0)  # -inf - -inf: nothing seen yet
-            p = torch.exp2(st - m_new).nan_to_num(0.0)
+            m_new = torch.maximum(m, st.amax(-1, keepdim=True))  # both propagate NaN
+            # Only -inf - -inf (nothing visible yet) is defined as 0; a NaN score stays NaN.
+            alpha = torch.where(m == -math.inf, 0.0, torch.exp2(m - m_new))
+            p = torch.where(m_new == -math.inf, 0.0, torch.exp2(st - m_new))
             p8 = quantize_p(p * inv_ps)
             l_tile = p8.sum(-1, keepdim=True) * ps if l_mode == "quantized" else p.sum(-1, keepdim=True)
             l_sum = l_sum * alpha + l_tile

@@ -29,6 +29,9 @@ struct DecodeTable {
 
 float scale_at(const float* s, int32_t stride, int32_t head) { return s ? s[head * stride] : 1.f; }
 
+// The running max propagates NaN (the NaN rule: a NaN visible score makes the row NaN); std::max drops it.
+float nan_max(float m, float s) { return (s > m || s != s) ? s : m; }
+
 // Dot product with 8 independent partial sums (vectorizes without reassociation flags).
 float dot(const float* a, const float* b, int n) {
   float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
@@ -126,9 +129,9 @@ class Forward {
         for (int32_t j = j0; j < j1; ++j) {
           const float x = (full || mask.visible(row, j)) ? logits(dot(&sc.q[r * D], &sc.k[(j - t0) * D], D)) : kNegInf;
           sc.s[j - t0] = x;
-          tmax = std::max(tmax, x);
+          tmax = nan_max(tmax, x);
         }
-        const float m_new = std::max(m[r], tmax);
+        const float m_new = nan_max(m[r], tmax);
         if (m_new == kNegInf) continue;  // nothing visible yet
         const float alpha = std::exp2(m[r] - m_new);
         m[r] = m_new;
@@ -136,8 +139,7 @@ class Forward {
         for (int d = 0; d < D; ++d) acc[d] *= alpha;
         float lsum = 0.f;
         for (int32_t j = j0; j < j1; ++j) {
-          const float p8 = pquant(std::exp2(sc.s[j - t0] - m_new));
-          if (p8 == 0.f) continue;
+          const float p8 = pquant(std::exp2(sc.s[j - t0] - m_new));  // no p8 == 0 skip: 0 * NaN v is NaN
           lsum += p8;
           const float* vr = &sc.v[(j - t0) * D];
           for (int d = 0; d < D; ++d) acc[d] += p8 * vr[d];
