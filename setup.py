@@ -8,6 +8,7 @@ Environment:
 """
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -30,6 +31,11 @@ class CMakeBuild(build_ext):
         build_dir.mkdir(parents=True, exist_ok=True)
         cfg = ["-DCMAKE_BUILD_TYPE=Release", f"-DPython_EXECUTABLE={sys.executable}",
                f"-DCMAKE_LIBRARY_OUTPUT_DIRECTORY={out_dir}"]
+        # The compiler named every time (CXX, else CMake's default c++): when it changed, CMake starts a
+        # reused build directory afresh (and the libstdc++ link checks of CMakeLists.txt run on it).
+        cxx = shutil.which(os.environ.get("CXX") or "c++")
+        if cxx:
+            cfg.append(f"-DCMAKE_CXX_COMPILER={cxx}")
         if "FP8ATTN_GPU" in os.environ:
             cfg.append(f"-DFP8ATTN_GPU={os.environ['FP8ATTN_GPU']}")
         if _has_ninja():
