@@ -8,6 +8,7 @@ Environment:
 """
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -31,10 +32,16 @@ class CMakeBuild(build_ext):
         build_dir.mkdir(parents=True, exist_ok=True)
         cfg = ["-DCMAKE_BUILD_TYPE=Release", f"-DPython_EXECUTABLE={sys.executable}",
                f"-DCMAKE_LIBRARY_OUTPUT_DIRECTORY={out_dir}"]
-        # The compiler named every time (CXX, else CMake's default c++): when it changed, CMake starts a
-        # reused build directory afresh (and the libstdc++ link checks of CMakeLists.txt run on it).
+        # The compiler named every time (CXX, else CMake's default c++); a reused build directory
+        # configured with another one starts afresh (so the libstdc++ link checks of CMakeLists.txt
+        # judge the compiler in use).
         cxx = shutil.which(os.environ.get("CXX") or "c++")
         if cxx:
+            cache = build_dir / "CMakeCache.txt"
+            old = re.search(r"^CMAKE_CXX_COMPILER:\w+=(.*)$", cache.read_text(), re.M) if cache.is_file() else None
+            if old and old.group(1) != cxx:
+                shutil.rmtree(build_dir)
+                build_dir.mkdir(parents=True)
             cfg.append(f"-DCMAKE_CXX_COMPILER={cxx}")
         if "FP8ATTN_GPU" in os.environ:
             cfg.append(f"-DFP8ATTN_GPU={os.environ['FP8ATTN_GPU']}")
