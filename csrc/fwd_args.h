@@ -4,10 +4,22 @@
 #include <optional>
 
 #include <ATen/ATen.h>
+#include <ATen/core/function_schema.h>
+#include <ATen/core/stack.h>
 
 #include "kernels/params.h"
 
 namespace fp8attn {
+
+// The arguments of fp8attn::forward, written once: the schemas of forward and forward_kernel are made
+// of this list (torch_bindings.cpp), FwdArgs is read from a call by these names (forward_args), and
+// the fake implementation and the Python wrapper bind them by name from the registered schema
+// (fp8attn/_fake.py, fp8attn/ops.py).
+inline constexpr char kForwardArgs[] =
+    "Tensor q, Tensor k, Tensor v, Tensor(a!) out, Tensor? cu_seqlens_q, Tensor? cu_seqlens_k, Tensor? seqused_k, "
+    "int max_seqlen_q, int max_seqlen_k, Tensor? block_table, float softmax_scale, bool causal, int window_left, "
+    "int window_right, float softcap, Tensor? q_descale, Tensor? k_descale, Tensor? v_descale, Tensor? p_scale, "
+    "Tensor? out_scale, bool return_softmax_lse, int kv_tile";
 
 struct FwdArgs {
   at::Tensor q, k, v, out;
@@ -21,6 +33,10 @@ struct FwdArgs {
   bool return_softmax_lse = false;
   int64_t kv_tile = 0;
 };
+
+// FwdArgs from the arguments of a boxed call of an op whose arguments are kForwardArgs, by name
+// (the stack is left as it is).
+FwdArgs forward_args(const c10::FunctionSchema& schema, const torch::jit::Stack& stack);
 
 struct FwdPlan {
   FwdParams params;

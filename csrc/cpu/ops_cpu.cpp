@@ -6,21 +6,21 @@
 
 namespace fp8attn {
 
-FP8ATTN_FORWARD_SIGNATURE(forward_cpu) {
-  FwdPlan plan = make_fwd_params(pack_forward_args(FP8ATTN_FORWARD_ARGS));
+at::Tensor forward_cpu(const FwdArgs& a) {
+  FwdPlan plan = make_fwd_params(a);
   cpu::run_forward(plan.params);
   return plan.lse;
 }
 
 // The CPU has one implementation; the arguments are validated as forward validates them.
-std::string forward_kernel_cpu(FP8ATTN_FORWARD_PARAMS) {
-  make_fwd_params(pack_forward_args(FP8ATTN_FORWARD_ARGS));
+std::string forward_kernel_cpu(const FwdArgs& a) {
+  make_fwd_params(a);
   return "cpu";
 }
 
 TORCH_LIBRARY_IMPL(fp8attn, CPU, m) {
-  m.impl("forward", &forward_cpu);
-  m.impl("forward_kernel", &forward_kernel_cpu);
+  m.impl("forward", boxed<forward_cpu>());
+  m.impl("forward_kernel", boxed<forward_kernel_cpu>());
   m.impl("write_kv_cache", &write_kv_cache_cpu);
 }
 

@@ -84,16 +84,18 @@ const FwdInstance* instance_for(const at::Tensor& q, const FwdParams& p) {
 
 }  // namespace
 
-std::string forward_kernel_cuda(FP8ATTN_FORWARD_PARAMS) {
+std::string forward_kernel_cuda(const FwdArgs& a) {
+  const at::Tensor& q = a.q;
   const c10::cuda::CUDAGuard guard(q.device());
-  FwdPlan plan = make_fwd_params(pack_forward_args(FP8ATTN_FORWARD_ARGS));
+  FwdPlan plan = make_fwd_params(a);
   check_supported(plan.params);
   return instance_for(q, plan.params)->name;
 }
 
-FP8ATTN_FORWARD_SIGNATURE(forward_cuda) {
+at::Tensor forward_cuda(const FwdArgs& a) {
+  const at::Tensor& q = a.q;
   const c10::cuda::CUDAGuard guard(q.device());
-  FwdPlan plan = make_fwd_params(pack_forward_args(FP8ATTN_FORWARD_ARGS));
+  FwdPlan plan = make_fwd_params(a);
   FwdParams& p = plan.params;
   check_supported(p);
   if (p.batch == 0 || p.num_heads == 0 || p.seqlen_q == 0) return plan.lse;
@@ -161,8 +163,8 @@ void write_kv_cache_cuda(const at::Tensor& key, const at::Tensor& value, at::Ten
 }
 
 TORCH_LIBRARY_IMPL(fp8attn, CUDA, m) {
-  m.impl("forward", &forward_cuda);
-  m.impl("forward_kernel", &forward_kernel_cuda);
+  m.impl("forward", boxed<forward_cuda>());
+  m.impl("forward_kernel", boxed<forward_kernel_cuda>());
   m.impl("write_kv_cache", &write_kv_cache_cuda);
 }
 
