@@ -35,6 +35,7 @@ struct Layout {
   bool varlen_q = false, varlen_k = false, paged = false;
   int64_t B = 0, H = 0, Hkv = 0, D = 0;
   int64_t T = 0;  // varlen q rows (0 when dense)
+  const char* batch_from = "";  // where B comes from, for messages
 };
 
 // Every tensor argument with its name, q first (the device the others must share).
@@ -124,6 +125,7 @@ Layout check_layout(const FwdArgs& a) {
   L.H = q.size(-2);
   L.D = q.size(-1);
   L.B = L.varlen_q ? a.cu_seqlens_q->numel() - 1 : q.size(0);
+  L.batch_from = L.varlen_q ? "len(cu_seqlens_q) - 1" : "q.shape[0]";
   L.T = L.varlen_q ? q.size(0) : 0;
   TORCH_CHECK_VALUE(L.B >= 0, "cu_seqlens_q must have at least 1 element");
   TORCH_CHECK_VALUE(is_supported_head_dim(L.D), "head dim (q.shape[-1]) ", L.D, " is not supported; supported: ",
@@ -150,12 +152,13 @@ Layout check_layout(const FwdArgs& a) {
   for (const Named& t : {Named{"q", &q}, Named{"k", &k}, Named{"v", &v}, Named{"out", &out}})
     check_last_dim_contiguous(*t.second, t.first);
   if (!L.paged && !L.varlen_k)
-    TORCH_CHECK_VALUE(k.size(0) == L.B, "k batch size ", k.size(0), " must equal the batch size ", L.B);
+    TORCH_CHECK_VALUE(k.size(0) == L.B, "k batch size ", k.size(0), " must equal the batch size ", L.B, " (",
+                      L.batch_from, ")");
   if (a.seqused_k)
-    TORCH_CHECK_VALUE(a.seqused_k->numel() == L.B, "seqused_k must have B = ", L.B, " elements, got ",
+    TORCH_CHECK_VALUE(a.seqused_k->numel() == L.B, "seqused_k must have B = ", L.B, " (", L.batch_from, ") elements, got ",
                       a.seqused_k->numel());
   if (L.paged) {
-    TORCH_CHECK_VALUE(a.block_table->size(0) == L.B, "block_table must have B = ", L.B, " rows, got shape ",
+    TORCH_CHECK_VALUE(a.block_table->size(0) == L.B, "block_table must have B = ", L.B, " (", L.batch_from, ") rows, got shape ",
                       a.block_table->sizes());
     TORCH_CHECK_VALUE(k.size(1) > 0, "k block_size (k.shape[1]) must be positive");
   }
@@ -166,19 +169,6 @@ Layout check_layout(const FwdArgs& a) {
   check_fits_int32(k.size(1), "k.shape[1]");
   check_fits_int32(L.H, "the number of q heads");
   return L;
-}
-
-// out must not overlap itself nor any input (as PyTorch's own ops refuse; TooHard, i.e. strided
-// views whose overlap ATen cannot decide cheaply, passes as it does there).
-void check_no_overlap(const at::Tensor& dst, const char* dst_name, const std::vector<Named>& inputs) {
-  TORCH_CHECK_VALUE(at::has_internal_overlap(dst) != at::MemOverlap::Yes, dst_name,
-                    " must not overlap itself (an expanded or stride-0 tensor): every element it holds is written");
-  for (const auto& [name, t] : inputs) {
-    if (t == &dst) continue;
-    const auto s = at::get_overlap_status(dst, *t);
-    TORCH_CHECK_VALUE(s != at::MemOverlapStatus::Full && s != at::MemOverlapStatus::Partial, dst_name,
-                      " must not share memory with ", name, " (", dst_name, " is written, ", name, " read)");
-  }
 }
 
 void check_scalars(const FwdArgs& a) {
@@ -207,13 +197,13 @@ float smallest_subnormal() {
   return fp8_decode<K>(1);
 }
 
-// Returns the per-head stride (0: per tensor, 1: per head) of a scale tensor; its values, when on
-// the host, must be positive and finite.
-int32_t check_scale_shape(const std::optional<at::Tensor>& t, const char* name, int64_t heads) {
+// Returns the per-head stride (0: per tensor, 1: per head) of a scale tensor (heads: from heads_from).
+int32_t check_scale_shape(const std::optional<at::Tensor>& t, const char* name, int64_t heads,
+                          const char* heads_from) {
   if (!t) return 0;
   const int64_t n = t->numel();
   TORCH_CHECK_VALUE(n == 1 || (heads > 1 && n == heads), name, " must have 1 element (per tensor)",
-                    heads > 1 ? " or " + std::to_string(heads) + " (per head)" : std::string(), ", got shape ",
+                    heads > 1 ? " or " + std::to_string(heads) + " (per head: " + heads_from + ")" : std::string(), ", got shape ",
                     t->sizes());
   TORCH_CHECK_VALUE(t->is_contiguous(), name, " must be contiguous");
   return n == 1 ? 0 : 1;
@@ -277,9 +267,10 @@ void check_scale_values(const FwdArgs& a, const Layout& L, const FwdParams& p) {
 }
 
 // ---- index values
-void check_cu_seqlens(const at::Tensor& cu, const char* name, int64_t batch, int64_t rows) {
-  TORCH_CHECK_VALUE(cu.numel() == batch + 1, name, " must have batch + 1 = ", batch + 1, " elements, got ",
-                    cu.numel());
+void check_cu_seqlens(const at::Tensor& cu, const char* name, int64_t batch, const char* batch_from, int64_t rows,
+                      const char* rows_from) {
+  TORCH_CHECK_VALUE(cu.numel() == batch + 1, name, " must have B + 1 = ", batch + 1, " elements (B = ", batch,
+                    batch_from, "), got ", cu.numel());
   const int32_t* p = cu.data_ptr<int32_t>();
   TORCH_CHECK_VALUE(p[0] == 0, name, "[0] must be 0, got ", p[0]);
   for (int64_t i = 0; i < batch; ++i)
@@ -287,7 +278,8 @@ void check_cu_seqlens(const at::Tensor& cu, const char* name, int64_t batch, int
                       " at index ", i);
   // Rows past cu[-1] are padding (vLLM pads a captured batch): never read, out never written there.
   if (rows >= 0)
-    TORCH_CHECK_VALUE(p[batch] <= rows, name, "[-1] = ", p[batch], " must not exceed the number of rows ", rows);
+    TORCH_CHECK_VALUE(p[batch] <= rows, name, "[-1] = ", p[batch], " must not exceed the number of rows ", rows, " (",
+                      rows_from, ")");
 }
 
 int64_t max_diff(const at::Tensor& cu) {
@@ -320,10 +312,12 @@ IndexInfo check_index_values(const FwdArgs& a, const Layout& L) {
              table = host(a.block_table);
   IndexInfo info;
   if (cu_q) {
-    check_cu_seqlens(*cu_q, "cu_seqlens_q", L.B, L.T);
+    check_cu_seqlens(*cu_q, "cu_seqlens_q", L.B, "", L.T, "q.shape[0]");
     info.max_q_len = max_diff(*cu_q);
   }
-  if (cu_k) check_cu_seqlens(*cu_k, "cu_seqlens_k", L.B, L.varlen_k ? k.size(0) : -1);
+  if (cu_k)
+    check_cu_seqlens(*cu_k, "cu_seqlens_k", L.B, std::string(": ").append(L.batch_from).c_str(),
+                     L.varlen_k ? k.size(0) : -1, "k.shape[0]");
   // Keys each sequence may use: dense Sk, varlen its cu_seqlens_k span, paged whatever its table holds.
   std::vector<int64_t>& k_lens = info.k_lens;
   const char* k_lens_from = "cu_seqlens_k";
@@ -443,6 +437,35 @@ at::Tensor make_lse(const FwdArgs& a, const Layout& L, FwdParams& p) {
 
 }  // namespace
 
+namespace {
+// The bytes [begin, end) a tensor's elements lie in (non-negative strides: torch has no others).
+std::pair<uintptr_t, uintptr_t> byte_range(const at::Tensor& t) {
+  int64_t last = 0;
+  for (int64_t d = 0; d < t.dim(); ++d) last += (t.size(d) - 1) * t.stride(d);
+  const auto begin = reinterpret_cast<uintptr_t>(t.data_ptr());
+  return {begin, begin + static_cast<uintptr_t>((last + 1) * t.element_size())};
+}
+}  // namespace
+
+void check_no_overlap(const at::Tensor& dst, const char* dst_name,
+                      const std::vector<std::pair<const char*, const at::Tensor*>>& inputs) {
+  TORCH_CHECK_VALUE(at::has_internal_overlap(dst) != at::MemOverlap::Yes, dst_name,
+                    " must not overlap itself (an expanded or stride-0 tensor): every element it holds is written");
+  if (dst.numel() == 0) return;
+  for (const auto& [name, t] : inputs) {
+    if (t == &dst || t->numel() == 0) continue;
+    auto s = at::get_overlap_status(dst, *t);
+    if (s == at::MemOverlapStatus::TooHard && dst.storage().is_alias_of(t->storage())) {
+      // Strided views of one storage, which ATen does not decide: their byte ranges must not meet.
+      const auto [b0, e0] = byte_range(dst);
+      const auto [b1, e1] = byte_range(*t);
+      if (b0 < e1 && b1 < e0) s = at::MemOverlapStatus::Partial;
+    }
+    TORCH_CHECK_VALUE(s != at::MemOverlapStatus::Full && s != at::MemOverlapStatus::Partial, dst_name,
+                      " must not share memory with ", name, " (", dst_name, " is written, ", name, " read)");
+  }
+}
+
 bool is_supported_head_dim(int64_t d) {
   for (int64_t h : kHeadDims)
     if (h == d) return true;
@@ -500,11 +523,11 @@ FwdPlan make_fwd_params(const FwdArgs& a) {
   const Layout L = check_layout(a);
   check_no_overlap(a.out, "out", named_tensors(a));
   check_scalars(a);
-  p.q_descale_head_stride = check_scale_shape(a.q_descale, "q_descale", L.H);
-  p.k_descale_head_stride = check_scale_shape(a.k_descale, "k_descale", L.Hkv);
-  p.v_descale_head_stride = check_scale_shape(a.v_descale, "v_descale", L.Hkv);
-  check_scale_shape(a.p_scale, "p_scale", 1);
-  check_scale_shape(a.out_scale, "out_scale", 1);
+  p.q_descale_head_stride = check_scale_shape(a.q_descale, "q_descale", L.H, "q.shape[-2]");
+  p.k_descale_head_stride = check_scale_shape(a.k_descale, "k_descale", L.Hkv, "k.shape[-2]");
+  p.v_descale_head_stride = check_scale_shape(a.v_descale, "v_descale", L.Hkv, "k.shape[-2]");
+  check_scale_shape(a.p_scale, "p_scale", 1, "");
+  check_scale_shape(a.out_scale, "out_scale", 1, "");
   if (p.fp8_kind == Fp8Kind::E4M3FN) {
     check_scale_values<Fp8Kind::E4M3FN>(a, L, p);
   } else {

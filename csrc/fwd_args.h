@@ -2,6 +2,8 @@
 // validated (each message names the argument) and turned into the torch-free FwdParams.
 #pragma once
 #include <optional>
+#include <utility>
+#include <vector>
 
 #include <ATen/ATen.h>
 #include <ATen/core/function_schema.h>
@@ -49,6 +51,12 @@ bool is_supported_head_dim(int64_t d);
 // Validates every argument (values of host-resident index and scale tensors too) and fills the
 // params. Throws c10::ValueError / c10::TypeError naming the argument.
 FwdPlan make_fwd_params(const FwdArgs& a);
+
+// The written tensor dst (named dst_name) must not overlap itself nor any of the inputs (ATen's
+// overlap status; strided views of one storage, which it leaves undecided, must not share a byte
+// range). Throws c10::ValueError naming both.
+void check_no_overlap(const at::Tensor& dst, const char* dst_name,
+                      const std::vector<std::pair<const char*, const at::Tensor*>>& inputs);
 
 // The FP8 kind of an FP8 dtype (TypeError otherwise).
 Fp8Kind fp8_kind_of(at::ScalarType t, const char* arg);

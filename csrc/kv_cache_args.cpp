@@ -1,7 +1,5 @@
 #include "kv_cache_args.h"
 
-#include <ATen/MemoryOverlap.h>
-
 #include <cmath>
 #include <limits>
 #include <utility>
@@ -66,16 +64,8 @@ void check_write_kv_cache(const at::Tensor& key, const at::Tensor& value, const 
   TORCH_CHECK_VALUE(key_cache.stride(-1) == 1 && value_cache.stride(-1) == 1,
                     "key_cache/value_cache must be contiguous in the head dim");
   // The caches are written: neither may overlap itself, the other, or an input.
-  for (const Named& cache : {Named{"key_cache", &key_cache}, Named{"value_cache", &value_cache}}) {
-    TORCH_CHECK_VALUE(at::has_internal_overlap(*cache.second) != at::MemOverlap::Yes, cache.first,
-                      " must not overlap itself (an expanded or stride-0 tensor)");
-    for (const auto& [name, t] : tensors) {
-      if (t == cache.second) continue;
-      const auto s = at::get_overlap_status(*cache.second, *t);
-      TORCH_CHECK_VALUE(s != at::MemOverlapStatus::Full && s != at::MemOverlapStatus::Partial, cache.first,
-                        " must not share memory with ", name);
-    }
-  }
+  check_no_overlap(key_cache, "key_cache", tensors);
+  check_no_overlap(value_cache, "value_cache", tensors);
   check_cache_scale(k_scale, "k_scale");
   check_cache_scale(v_scale, "v_scale");
   // Negative slots (vLLM's padding, -1) are skipped; the others must lie in the cache.

@@ -196,7 +196,9 @@ def _forward(q, k, v, *, cu_seqlens_q=None, cu_seqlens_k=None, seqused_k=None, m
     if out is None:
         out = torch.empty(q.shape, dtype=dtype, device=q.device)
     elif out.dtype != dtype:
-        raise TypeError(f"out must have the output dtype {dtype}, got {out.dtype}")
+        why = ("k's FP8 dtype: out_scale is given" if out_scale is not None else "out_dtype" if out_dtype is not None
+               else "no out_scale: q's dtype" if q.dtype in _16BIT else "no out_scale: bfloat16 for an FP8 q")
+        raise TypeError(f"out must have the output dtype {dtype} ({why}), got {out.dtype}")
     if softmax_scale is None:
         softmax_scale = 1.0 / math.sqrt(q.shape[-1]) if q.shape[-1] > 0 else 1.0
     left, right = _window(window_size)

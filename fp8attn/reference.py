@@ -267,7 +267,9 @@ def _quantized(q, k, v, *, kv_tile, l_mode, tie_tol, softmax_scale=None, causal=
                 # p8 at both ends of the logit's uncertainty (masked keys: p = 0, no uncertainty).
                 delta = torch.where(torch.isfinite(st), tie_tol * torch.maximum(st.abs(), m_new.abs()).clamp_min(1.0),
                                     0.0)
-                p8_lo, p8_hi = quantize_p(p * inv_ps * torch.exp2(-delta)), quantize_p(p * inv_ps * torch.exp2(delta))
+                # (p = 0 stays 0 however uncertain its logit: 0 * exp2(inf) would be NaN)
+                p8_lo = quantize_p(p * inv_ps * torch.exp2(-delta))
+                p8_hi = quantize_p(torch.where(p == 0, 0.0, p * inv_ps * torch.exp2(delta)))
                 tie |= (p8_lo != p8_hi).any(-1)
                 if l_mode == "quantized":
                     l_lo = l_lo * alpha + p8_lo.sum(-1, keepdim=True) * ps
