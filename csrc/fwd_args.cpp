@@ -153,7 +153,7 @@ Layout check_layout(const FwdArgs& a) {
     check_last_dim_contiguous(*t.second, t.first);
   if (!L.paged && !L.varlen_k)
     TORCH_CHECK_VALUE(k.size(0) == L.B, "k batch size ", k.size(0), " must equal the batch size ", L.B, " (",
-                      L.batch_from, ")");
+                      L.batch_from, "; a 4-d k without block_table is dense [B, Sk, Hkv, D])");
   if (a.seqused_k)
     TORCH_CHECK_VALUE(a.seqused_k->numel() == L.B, "seqused_k must have B = ", L.B, " (", L.batch_from, ") elements, got ",
                       a.seqused_k->numel());

@@ -47,6 +47,8 @@ class Worker:
     def __init__(self) -> None:
         self.proc: subprocess.Popen | None = None
         self.restarts = 0
+        self.last: dict | None = None
+        self.after_answer: list[dict] = []  # deaths of the worker after it had answered (the case before)
 
     def _start(self) -> None:
         env = {**os.environ, "OMP_NUM_THREADS": "1"}
@@ -55,10 +57,17 @@ class Worker:
                                      cwd=HERE.parent)
 
     def run(self, case: dict) -> dict:
-        if self.proc is None or self.proc.poll() is not None:
+        if self.proc is not None and self.proc.poll() is not None:  # died after its last answer
+            self.after_answer.append({"case": self.last, "returncode": self.proc.returncode})
+            self.proc = None
+        if self.proc is None:
             self._start()
-        self.proc.stdin.write(json.dumps(case) + "\n")
-        self.proc.stdin.flush()
+        self.last = case
+        try:
+            self.proc.stdin.write(json.dumps(case) + "\n")
+            self.proc.stdin.flush()
+        except BrokenPipeError:
+            pass  # judged below: no answer comes
         ready, _, _ = select.select([self.proc.stdout], [], [], CASE_TIMEOUT_S)
         line = self.proc.stdout.readline() if ready else ""
         if line:
@@ -134,7 +143,10 @@ def campaign(examples: int) -> tuple[Tally, Worker, float]:
               suppress_health_check=list(HealthCheck))
     @given(case=cases())
     def one(case):
+        seen = len(worker.after_answer)
         tally.add(case, worker.run(case))
+        for death in worker.after_answer[seen:]:
+            tally.add(death["case"], {"outcome": "crash", "returncode": death["returncode"], "after_answer": True})
 
     try:
         one()
