@@ -161,12 +161,12 @@ def test_fuzz_forward():
     assert not tally.failures, json.dumps(tally.failures[:5], indent=1)
 
 
-def markdown(record: dict, json_path: str | None) -> str:
+def markdown(record: dict, json_path: str | None, md_path: str) -> str:
     """The campaign's counts as a table: cases per mutation class and outcome."""
     verdicts = sorted(record["outcomes"])
     lines = ["# Fuzz campaign of fp8attn.forward (CPU)\n",
              f"Written by `python tests/test_fuzz.py --examples {record['examples']}"
-             + (f" --json {json_path}" if json_path else "") + " --md ...` (tests/test_fuzz.py) on "
+             + (f" --json {json_path}" if json_path else "") + f" --md {md_path}` on "
              f"{record['date']}, commit {record['commit']}, torch {record['torch']}: {record['examples']} cases in "
              f"{record['seconds']:.0f} s, {record['worker_restarts']} worker restarts. Each case is a valid dense, "
              "varlen or paged call with one argument mutated; *refused* means a ValueError / TypeError naming "
@@ -203,7 +203,7 @@ def main() -> int:
     if args.json:
         Path(args.json).write_text(json.dumps(record, indent=1) + "\n")
     if args.md:
-        Path(args.md).write_text(markdown(record, args.json))
+        Path(args.md).write_text(markdown(record, args.json, args.md))
     print(json.dumps(record["outcomes"]), f"{seconds:.0f} s")
     return 1 if tally.failures else 0
 
