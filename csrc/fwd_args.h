@@ -53,8 +53,8 @@ bool is_supported_head_dim(int64_t d);
 FwdPlan make_fwd_params(const FwdArgs& a);
 
 // The written tensor dst (named dst_name) must not overlap itself nor any of the inputs (ATen's
-// overlap status; strided views of one storage, which it leaves undecided, must not share a byte
-// range). Throws c10::ValueError naming both.
+// overlap status; strided views of one storage, which it leaves undecided, are compared exactly when
+// they share a layout, else by their byte ranges). Throws c10::ValueError naming both.
 void check_no_overlap(const at::Tensor& dst, const char* dst_name,
                       const std::vector<std::pair<const char*, const at::Tensor*>>& inputs);
 

@@ -97,10 +97,11 @@ def _logits(seq: Sequence, *, softmax_scale, softcap, q_descale, k_descale, caus
     Hkv, Sk, _ = seq.k8.shape
     g = H // Hkv
     k8 = seq.k8.repeat_interleave(g, 0)
-    scale = softmax_scale if softmax_scale is not None else 1.0 / math.sqrt(D)
+    scale = float(softmax_scale) if softmax_scale is not None else 1.0 / math.sqrt(D)
     qk_scale = (_scale(q_descale, H) * _scale(k_descale, Hkv).repeat_interleave(g)).view(H, 1, 1)
     s = torch.einsum("hqd,hkd->hqk", seq.q8, k8) * scale * qk_scale
     if softcap:
+        softcap = float(softcap)
         s = softcap * torch.tanh(s / softcap)
     left, right = window_size
     if causal:

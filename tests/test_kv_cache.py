@@ -73,3 +73,18 @@ def test_write_kv_cache_errors(match, mutate):
     mutate(a)
     with pytest.raises((ValueError, TypeError), match=match):
         fp8attn.write_kv_cache(**a)
+
+
+def test_write_kv_cache_interleaved_cache():
+    """vLLM's cache [num_blocks, Hkv, block_size, 2D] split into K and V halves: strided views of one storage
+    that ATen's overlap status leaves undecided, disjoint, so accepted; an overlapping pair of such views is not."""
+    nb, H, bs, D = 3, 2, 16, 64
+    kv = torch.zeros(nb, H, bs, 2 * D, dtype=torch.bfloat16)
+    kc, vc = kv.transpose(1, 2).split(D, dim=-1)
+    key, value = torch.randn(5, H, D, dtype=torch.bfloat16), torch.randn(5, H, D, dtype=torch.bfloat16)
+    slots = torch.tensor([0, 17, 5, 40, 33])
+    fp8attn.write_kv_cache(key, value, kc, vc, slots)
+    assert torch.equal(kc.reshape(-1, H, D)[slots], key) and torch.equal(vc.reshape(-1, H, D)[slots], value)
+    shifted = kv.transpose(1, 2)[..., D // 2: D // 2 + D]  # half over K, half over V
+    with pytest.raises(ValueError, match="must not share memory with"):
+        fp8attn.write_kv_cache(key, value, kc, shifted, slots)
