@@ -39,6 +39,8 @@
 
 #include "../common.h"
 #include "../numeric/fp8.h"
+#include "../variant.h"
+#include "scalar.h"
 
 // CUDA's __grid_constant__ (kernel parameter in constant memory) has no HIP spelling: kernel
 // arguments are in constant memory (the kernarg segment) on AMD anyway.
@@ -153,37 +155,35 @@ FP8ATTN_DEVICE f32x16 mfma_32x32x64(const uint64_t a[4], const uint64_t b[4], f3
   return c;
 }
 
-// Probabilities -> FP8 codes of sat(p * inv_p_scale), packed little-endian (byte i = p[i]), and the
-// values of those codes. Hardware conversion where the target writes kind K, else the shared
-// software encoder (bit-exact by construction).
+// The conversion of PQuantize (variant.h) on AMD: the codes of sat(x[i]) packed little-endian
+// (byte i = x[i]) and their values; hardware conversion where the target writes kind K, else the
+// shared software encoder (bit-exact by construction).
 template <Fp8Kind K>
-struct PQuant {
-  float inv_p_scale;
-  FP8ATTN_DEVICE uint32_t quantize4(const float p[4], float pq[4]) const {
+struct Fp8Cvt {
+  FP8ATTN_DEVICE static uint32_t encode4(const float x[4], float xq[4]) {
 #if FP8ATTN_AMD_HW_FP8 != 0
     if constexpr (path_of<K>() == MfmaPath::kNative) {
       // v_cvt_pk_fp8_f32 rounds to nearest even but does not saturate: clamp first (NaN kept).
       constexpr float kMax = Fp8Traits<K>::kMax;
-      float x[4];
+      float y[4];
 #pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const float y = p[i] * inv_p_scale;
-        x[i] = y > kMax ? kMax : (y < -kMax ? -kMax : y);
-      }
-      int w = __builtin_amdgcn_cvt_pk_fp8_f32(x[0], x[1], 0, false);  // bytes 0, 1
-      w = __builtin_amdgcn_cvt_pk_fp8_f32(x[2], x[3], w, true);        // bytes 2, 3
-      pq[0] = __builtin_amdgcn_cvt_f32_fp8(w, 0);
-      pq[1] = __builtin_amdgcn_cvt_f32_fp8(w, 1);
-      pq[2] = __builtin_amdgcn_cvt_f32_fp8(w, 2);
-      pq[3] = __builtin_amdgcn_cvt_f32_fp8(w, 3);
+      for (int i = 0; i < 4; ++i) y[i] = x[i] > kMax ? kMax : (x[i] < -kMax ? -kMax : x[i]);
+      int w = __builtin_amdgcn_cvt_pk_fp8_f32(y[0], y[1], 0, false);  // bytes 0, 1
+      w = __builtin_amdgcn_cvt_pk_fp8_f32(y[2], y[3], w, true);        // bytes 2, 3
+      xq[0] = __builtin_amdgcn_cvt_f32_fp8(w, 0);
+      xq[1] = __builtin_amdgcn_cvt_f32_fp8(w, 1);
+      xq[2] = __builtin_amdgcn_cvt_f32_fp8(w, 2);
+      xq[3] = __builtin_amdgcn_cvt_f32_fp8(w, 3);
       return static_cast<uint32_t>(w);
     } else
 #endif
     {
-      return fp8_quantize4<K>(p, inv_p_scale, pq);
+      return fp8_encode4<K>(x, xq);
     }
   }
 };
+template <Fp8Kind K>
+using PQuant = PQuantize<K, Fp8Cvt<K>>;
 
 // The gfx950 f8f6f4 (k = 64) form pays where the kind is native there (fn): twice the k per MFMA.
 template <Fp8Kind K>
@@ -214,14 +214,16 @@ struct MfmaTile {
   FP8ATTN_DEVICE static int row_in_warp(int lane, int) { return lane & 31; }
   FP8ATTN_DEVICE static bool row_leader(int lane) { return lane < 32; }
   FP8ATTN_HD static constexpr int s_row(int) { return 0; }
-  FP8ATTN_DEVICE static int s_key(int lane, int i) { return 16 * (i >> 3) + 8 * (lane >> 5) + (i & 7); }
+  FP8ATTN_DEVICE static int s_key_base(int lane) { return 8 * (lane >> 5); }
+  FP8ATTN_HD static constexpr int s_key_off(int i) { return 16 * (i >> 3) + (i & 7); }
+  FP8ATTN_DEVICE static int s_key(int lane, int i) { return s_key_base(lane) + s_key_off(i); }
   FP8ATTN_HD static constexpr int p_row(int) { return 0; }
   FP8ATTN_HD static constexpr int p_src(int w, int b) { return 4 * w + b; }
   FP8ATTN_HD static constexpr int o_row(int) { return 0; }
   FP8ATTN_DEVICE static int o_col(int lane, int e) {
     return 32 * (e >> 4) + 8 * ((e >> 2) & 3) + 4 * (lane >> 5) + (e & 3);
   }
-  FP8ATTN_DEVICE static float row_max(float x) { return fmaxf(x, shfl_xor(x, 32)); }
+  FP8ATTN_DEVICE static float row_max(float x) { return max_nan(x, shfl_xor(x, 32)); }
   FP8ATTN_DEVICE static float row_sum(float x) { return x + shfl_xor(x, 32); }
   FP8ATTN_HD static int k_row(int r) { return r; }
 

@@ -74,30 +74,6 @@ FP8ATTN_DEVICE bool make_block(const FwdParams& p, int32_t x, int32_t split, Blo
   return true;
 }
 
-// The rows one thread owns (lane of row-owning warp `warp`), their heads and logits transforms
-// (scales are per q head / kv head). The atom's products may come out scaled by a power of two
-// (Tile::kInvProductScale undoes it, exactly: see arch/amd_mfma.h); it is folded into the QK scale
-// here and into the O scale by store_rows.
-template <class Tile>
-struct ThreadRows {
-  static constexpr int kR = Tile::kRows;
-  int32_t mrow[kR], qrow[kR], head[kR];
-  LogitsTransform logits[kR];
-
-  FP8ATTN_DEVICE void init(const FwdParams& p, const BlockCtx& c, int warp, int lane) {
-    const float k_descale = p.k_descale ? p.k_descale[c.hkv * p.k_descale_head_stride] : 1.f;
-#pragma unroll
-    for (int ri = 0; ri < kR; ++ri) {
-      mrow[ri] = c.m0 + warp * Tile::kRowsPerWarp + Tile::row_in_warp(lane, ri);
-      const int32_t mr = min(mrow[ri], c.rows - 1);
-      qrow[ri] = c.q_row(p, mr);
-      head[ri] = c.q_head(mr, qrow[ri]);
-      const float q_descale = p.q_descale ? p.q_descale[head[ri] * p.q_descale_head_stride] : 1.f;
-      logits[ri] = LogitsTransform::make(p.softmax_scale, q_descale * k_descale * Tile::kInvProductScale, p.softcap);
-    }
-  }
-};
-
 FP8ATTN_DEVICE float p_scale_of(const FwdParams& p) { return p.p_scale_ptr ? *p.p_scale_ptr : p.p_scale_default; }
 FP8ATTN_DEVICE float v_descale_of(const FwdParams& p, const BlockCtx& c) {
   return p.v_descale ? p.v_descale[c.hkv * p.v_descale_head_stride] : 1.f;
@@ -205,15 +181,15 @@ __global__ void __launch_bounds__(Policy::kThreads) fwd_kernel(const __grid_cons
   BlockCtx c;
   FP8ATTN_TRACE(kTraceKernelStart);
   if (!make_block<Problem, Policy>(p, blockIdx.x, blockIdx.y, c)) return;
-  ThreadRows<Tile> tr;
-  tr.init(p, c, warp, lane);
   const typename Policy::PQuant pq{1.f / p_scale_of(p)};
 
   Pipe::load_q(p, c, smem);
   Pipe::prepare(smem);
   FwdState<Policy> st;
   init_state(st);
-  Pipe::run(p, c, tr.qrow, tr.logits, pq, smem, st);  // its first barrier publishes Q and the K pad
+  Pipe::run(p, c, pq, smem, st);  // its first barrier publishes Q and the K pad
+  ThreadRows<Tile> tr;  // the rows of st's layout
+  tr.init(p, c, warp, lane);
   store_rows<Problem, Policy>(p, c, tr, st, lane);
   FP8ATTN_TRACE(kTraceRowsStored);
 }
