@@ -3,6 +3,7 @@
 #pragma once
 #include <cmath>
 
+#include "arch/scalar.h"
 #include "common.h"
 #include "numeric/fp8.h"
 
@@ -10,14 +11,6 @@ namespace fp8attn {
 
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
-
-FP8ATTN_HD float fast_tanh(float x) {
-#if FP8ATTN_DEVICE_PASS
-  return tanhf(x);
-#else
-  return std::tanh(x);
-#endif
-}
 
 // Raw q8·k8 dot product (fp32) -> logit in log2 units: S·log2(e), with the optional softcap.
 struct LogitsTransform {

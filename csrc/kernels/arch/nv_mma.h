@@ -58,8 +58,8 @@ FP8ATTN_DEVICE void mma_f16_16816(float c[4], const uint32_t a[4], const uint32_
 
 // Exact e4m3 -> fp16 of the two low (hi = false) or high bytes of x, packed as half2 bits. The
 // e4m3 exponent/mantissa bits shifted into fp16 position read as value * 2^(bias - 15) for normals
-// and subnormals alike; one exact f16x2 multiply by 2^(15 - bias) restores the value. (NaN codes
-// become finite here: NaN inputs are not supported on this path.)
+// and subnormals alike; one exact f16x2 multiply by 2^(15 - bias) restores the value. The NaN codes
+// (fn: exponent and mantissa all ones; fnuz: 0x80), finite after the shift, are made f16 NaNs.
 template <Fp8Kind K>
 FP8ATTN_DEVICE uint32_t fp8x2_to_half2(uint32_t x, bool hi) {
   const uint32_t v = __byte_perm(x, 0u, hi ? 0x4342 : 0x4140);  // [b, 0, b', 0]
@@ -67,7 +67,8 @@ FP8ATTN_DEVICE uint32_t fp8x2_to_half2(uint32_t x, bool hi) {
   constexpr uint32_t kScale = K == Fp8Kind::E4M3FN ? 0x5c005c00u : 0x58005800u;  // 2^8 / 2^7 in f16x2
   uint32_t r;
   asm("mul.rn.f16x2 %0, %1, %2;\n" : "=r"(r) : "r"(h), "r"(kScale));
-  return r;
+  const uint32_t nan = K == Fp8Kind::E4M3FN ? __vcmpeq2(v & 0x007f007fu, 0x007f007fu) : __vcmpeq2(v, 0x00800080u);
+  return r | (nan & 0x7e007e00u);
 }
 
 // Exact e4m3 -> f16x2 of two fp8 codes in the low 16 bits of x (hardware cvt on sm_89+ for fn).
@@ -96,6 +97,21 @@ FP8ATTN_DEVICE uint32_t movmatrix_trans(uint32_t x) {
   uint32_t r;
   asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;\n" : "=r"(r) : "r"(x));
   return r;
+}
+
+// Programmatic Dependent Launch (sm_90+; no-ops elsewhere): launch_dependents lets the grid
+// launched next with the programmatic-serialization attribute start before this one ends (its
+// blocks become resident and wait); pdl_wait waits for the preceding grid to complete with its
+// memory visible (returns at once when the grid was launched without the attribute).
+FP8ATTN_DEVICE void pdl_launch_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+FP8ATTN_DEVICE void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
 }
 
 // D(16x8, f32) += A(16x16, f16, row) * B(16x8, f16, col): lane (g, t) holds a[0] = A[g][2t..2t+1],

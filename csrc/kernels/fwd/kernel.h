@@ -13,7 +13,6 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "../trace.h"
 #include "epilogue.h"
 #include "pipeline.h"
 
@@ -194,21 +193,6 @@ __global__ void __launch_bounds__(Policy::kThreads) fwd_kernel(const __grid_cons
   FP8ATTN_TRACE(kTraceRowsStored);
 }
 
-// Programmatic Dependent Launch (sm_90+; no-ops elsewhere): launch_dependents lets the grid
-// launched next with the programmatic-serialization attribute start before this one ends (its
-// blocks become resident and wait); pdl_wait waits for the preceding grid to complete with its
-// memory visible (returns at once when the grid was launched without the attribute).
-FP8ATTN_DEVICE void pdl_launch_dependents() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
-#endif
-}
-FP8ATTN_DEVICE void pdl_wait() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;\n" ::: "memory");
-#endif
-}
-
 // Flash-decoding combine: one block per (query row, head) merges the splits' normalized partial
 // outputs with weights exp(lse_s - max lse) (warp 0 computes them once, into shared memory), then
 // applies the output transform and writes lse. Thread (group s0, float4 column j) sums column j over
@@ -256,10 +240,10 @@ __global__ void __launch_bounds__(kCombineMaxThreads) fwd_combine_kernel(const _
     float mx = -INFINITY, sum = 0.f;
     for (int s = tid; s < S; s += 32) {
       w[s] = p.lse_accum[s * split_stride + row0];
-      mx = fmaxf(mx, w[s]);
+      mx = max_nan(mx, w[s]);  // (a NaN row's splits are NaN: so is its output)
     }
 #pragma unroll
-    for (int x = 1; x < 32; x *= 2) mx = fmaxf(mx, lane_xor(mx, x));
+    for (int x = 1; x < 32; x *= 2) mx = max_nan(mx, lane_xor(mx, x));
     for (int s = tid; s < S; s += 32) {
       w[s] = (mx == -INFINITY || w[s] == -INFINITY) ? 0.f : expf(w[s] - mx);
       sum += w[s];

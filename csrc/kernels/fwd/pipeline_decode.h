@@ -41,7 +41,6 @@
 
 #include "../arch/nv_tma.h"
 #include "../arch/nv_wgmma.h"
-#include "../trace.h"
 #include "decode_config.h"
 #include "kernel.h"
 #include "pipeline_f16.h"

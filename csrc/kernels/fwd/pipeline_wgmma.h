@@ -27,7 +27,6 @@
 #include <cmath>
 #include <cstdint>
 
-#include "../trace.h"
 #include "pipeline.h"
 #include "policy_wgmma.h"
 

@@ -30,18 +30,6 @@ namespace fp8attn {
 
 // ---- scalar -------------------------------------------------------------------------------------
 
-// exp2 as the CPU implementation and the portable pipeline compute it (the NVIDIA pipelines pass
-// their MUFU form, nv::Exp2Approx).
-struct Exp2Precise {
-  FP8ATTN_HD float operator()(float x) const {
-#if FP8ATTN_DEVICE_PASS
-    return exp2f(x);
-#else
-    return std::exp2(x);
-#endif
-  }
-};
-
 // One row's step at a KV tile: m = the new running max, offset = what p's exponent subtracts (0
 // while nothing is visible: p = exp2(-inf) = 0, alpha = exp2(-inf - 0) = 0, and acc, l are 0),
 // alpha = exp2(m_old - offset).

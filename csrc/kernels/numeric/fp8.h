@@ -8,6 +8,7 @@
 #include <cstring>
 #include <cmath>
 
+#include "../arch/scalar.h"
 #include "../common.h"
 #include "../params.h"
 
@@ -47,14 +48,6 @@ FP8ATTN_HD float bits_f32(uint32_t u) {
   return x;
 }
 
-// Round-to-nearest-even of a non-negative float that fits an int (default FP rounding mode).
-FP8ATTN_HD float round_even(float x) {
-#if FP8ATTN_DEVICE_PASS
-  return rintf(x);
-#else
-  return std::nearbyint(x);
-#endif
-}
 
 // Saturating, round-to-nearest-even float -> e4m3 encode (software; the reference for hardware).
 template <Fp8Kind K>
