@@ -118,6 +118,23 @@ FP8ATTN_DEVICE bool kv_tile_needs_mask(const BlockCtx& c, int tile) {
   return tile_needs_mask<Problem::kHasMask>(c.mask, c.qrow0, c.qrow1, tile * kBlockN, (tile + 1) * kBlockN);
 }
 
+// The 16-byte chunks of KV tile `tile` (kBN keys x kChunks), spread over kThreads threads:
+// copy(r, ch, k, v, ok) for chunk ch of the tile's key r, k / v its global addresses; keys at or past
+// k_len have ok = false and are never read (their cache slots may hold anything).
+template <int kBN, int kChunks, int kThreads, class Copy>
+FP8ATTN_DEVICE void for_kv_chunks(const FwdParams& p, const BlockCtx& c, int tile, Copy copy) {
+  const uint8_t* kbase = static_cast<const uint8_t*>(p.k) + static_cast<int64_t>(c.hkv) * p.k_head_stride;
+  const uint8_t* vbase = static_cast<const uint8_t*>(p.v) + static_cast<int64_t>(c.hkv) * p.v_head_stride;
+  for (int i = threadIdx.x; i < kBN * kChunks; i += kThreads) {
+    const int r = i / kChunks, ch = i % kChunks;
+    const int32_t key = tile * kBN + r;
+    const bool ok = key < c.seq.k_len;
+    const int64_t koff = ok ? c.seq.key_offset(p, key, false) : 0;
+    const int64_t voff = ok ? c.seq.key_offset(p, key, true) : 0;
+    copy(r, ch, kbase + koff + ch * 16, vbase + voff + ch * 16, ok);
+  }
+}
+
 // Per-thread state: lane `lane` of warp w owns packed rows
 // m0 + w * Tile::kRowsPerWarp + Tile::row_in_warp(lane, ri), ri < Tile::kRows (NVIDIA: g, g + 8).
 template <class Policy>
@@ -160,17 +177,10 @@ struct FwdPipeline {
   // Issue the copies of KV tile `tile` (K rows permuted, V rows natural); keys at or past
   // k_len are zero-filled and never read from memory (their cache slots may hold anything).
   FP8ATTN_DEVICE static void load_kv(const FwdParams& p, const BlockCtx& c, int tile, uint8_t* sK, uint8_t* sV) {
-    const uint8_t* kbase = static_cast<const uint8_t*>(p.k) + static_cast<int64_t>(c.hkv) * p.k_head_stride;
-    const uint8_t* vbase = static_cast<const uint8_t*>(p.v) + static_cast<int64_t>(c.hkv) * p.v_head_stride;
-    for (int i = threadIdx.x; i < kBN * Policy::kChunks; i += kThreads) {
-      const int r = i / Policy::kChunks, ch = i % Policy::kChunks;
-      const int32_t key = tile * kBN + r;
-      const bool ok = key < c.seq.k_len;
-      const int64_t koff = ok ? c.seq.key_offset(p, key, false) : 0;
-      const int64_t voff = ok ? c.seq.key_offset(p, key, true) : 0;
-      Tile::copy16(sK + Tile::k_row(r) * Policy::kRowStride + ch * 16, kbase + koff + ch * 16, ok);
-      Tile::copy16(sV + r * Policy::kRowStride + ch * 16, vbase + voff + ch * 16, ok);
-    }
+    for_kv_chunks<kBN, Policy::kChunks, kThreads>(p, c, tile, [&](int r, int ch, const uint8_t* k, const uint8_t* v, bool ok) {
+      Tile::copy16(sK + Tile::k_row(r) * Policy::kRowStride + ch * 16, k, ok);
+      Tile::copy16(sV + r * Policy::kRowStride + ch * 16, v, ok);
+    });
   }
 
   // Vraw [key][d] -> Vt [d][key] in 4x4 byte blocks (lane -> 4-key block kb, 16-d chunk dc).

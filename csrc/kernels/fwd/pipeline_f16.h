@@ -114,17 +114,10 @@ struct FwdPipelineNvF16 {
 
   // cp.async of KV tile `tile` into stage buffer `st` (keys at or past k_len zero-filled, not read).
   FP8ATTN_DEVICE static void load_kv(const FwdParams& p, const BlockCtx& c, int tile, uint8_t* st) {
-    const uint8_t* kbase = static_cast<const uint8_t*>(p.k) + static_cast<int64_t>(c.hkv) * p.k_head_stride;
-    const uint8_t* vbase = static_cast<const uint8_t*>(p.v) + static_cast<int64_t>(c.hkv) * p.v_head_stride;
-    for (int i = threadIdx.x; i < kBN * Policy::kChunks; i += kThreads) {
-      const int r = i / Policy::kChunks, ch = i % Policy::kChunks;
-      const int32_t key = tile * kBN + r;
-      const bool ok = key < c.seq.k_len;
-      const int64_t koff = ok ? c.seq.key_offset(p, key, false) : 0;
-      const int64_t voff = ok ? c.seq.key_offset(p, key, true) : 0;
-      nv::cp_async_16(st + r * kD + ch * 16, kbase + koff + ch * 16, ok);
-      nv::cp_async_16(st + kBN * kD + r * kD + ch * 16, vbase + voff + ch * 16, ok);
-    }
+    for_kv_chunks<kBN, Policy::kChunks, kThreads>(p, c, tile, [&](int r, int ch, const uint8_t* k, const uint8_t* v, bool ok) {
+      nv::cp_async_16(st + r * kD + ch * 16, k, ok);
+      nv::cp_async_16(st + kBN * kD + r * kD + ch * 16, v, ok);
+    });
   }
 
   // Stage (fp8 K, V) -> K16, V16.
