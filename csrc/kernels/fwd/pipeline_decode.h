@@ -294,7 +294,7 @@ struct FwdPipelineNvDecode {
   }
 
   // The warps' partial O^T / l -> their sum in warp 0's FwdState (rows g, g + 8; columns 8j + 2t),
-  // summed in warp order like FwdPipelineNvF16's split-N policy.
+  // summed in warp order.
   FP8ATTN_DEVICE static void reduce(uint8_t* ring, const float acc[kNR][kChunks][4], const float lacc[kNR][4],
                                     const float m[kR], FwdState<Policy>& st) {
     constexpr int kM = Policy::kBlockM, kS = Policy::kOStride;
