@@ -5,8 +5,8 @@
 //   D (32x32): lane l, register r holds D[8 * (r / 4) + 4 * (l / 32) + r % 4][l % 32].
 // Checks, for every lane and element: S element i == q_row . k_{s_key(lane, i)}, and O element e ==
 // sum_k P[row][k] V[k][o_col(lane, e)] with P taken from the S elements through p_src, exactly as
-// the pipeline packs it. Also: clear_neg_zero over all bytes, exact fp8 -> f16 widening of all
-// codes, transpose4x4_bytes. Run by scripts/ci_rocm_check.sh (clang: ext_vector_type, _Float16).
+// the pipeline packs it. Also: fn_as_fnuz over all bytes, exact fp8 -> f16 widening of all
+// codes (NaN codes to NaN), transpose4x4_bytes. Run by scripts/ci_rocm_check.sh (clang: ext_vector_type, _Float16).
 //   clang++-22 -std=c++17 -O1 -I csrc scripts/amd_tile_emulation.cpp -o /tmp/emu && /tmp/emu
 #include <cmath>
 #include <cstdint>
@@ -176,17 +176,18 @@ void test_tile(std::mt19937& rng) {
   }
 }
 
+// Every code, in both bytes: its value, NaN codes to f16 NaN.
 template <Fp8Kind Kind>
 void test_widen() {
   for (int c = 0; c < 256; ++c) {
-    if (c == Fp8Traits<Kind>::kNaN || (Kind == Fp8Kind::E4M3FN && c == 0xff)) continue;
-    const amd::f16x2 h = amd::fp8x2_to_f16x2<Kind>(static_cast<uint32_t>(c) | (static_cast<uint32_t>(c ^ 0x80) << 8));
-    const float want0 = fp8_decode<Kind>(static_cast<uint8_t>(c));
-    CHECK(static_cast<float>(h[0]) == want0, "widen kind %d code %#x: %g vs %g", static_cast<int>(Kind), c,
-          static_cast<float>(h[0]), want0);
     const uint8_t c1 = static_cast<uint8_t>(c ^ 0x80);
-    if (!(c1 == Fp8Traits<Kind>::kNaN || (Kind == Fp8Kind::E4M3FN && c1 == 0x7f)))
-      CHECK(static_cast<float>(h[1]) == fp8_decode<Kind>(c1), "widen kind %d code %#x (high byte)", static_cast<int>(Kind), c1);
+    const amd::f16x2 h = amd::fp8x2_to_f16x2<Kind>(static_cast<uint32_t>(c) | (static_cast<uint32_t>(c1) << 8));
+    const float want[2] = {fp8_decode<Kind>(static_cast<uint8_t>(c)), fp8_decode<Kind>(c1)};
+    for (int i = 0; i < 2; ++i) {
+      const float got = static_cast<float>(h[i]);
+      CHECK(got == want[i] || (got != got && want[i] != want[i]), "widen kind %d code %#x byte %d: %g vs %g",
+            static_cast<int>(Kind), c, i, got, want[i]);
+    }
   }
 }
 
@@ -200,12 +201,14 @@ int main() {
   test_tile<80, true>(rng);
   test_tile<112, true>(rng);
   test_tile<256, true>(rng);
-  for (uint32_t b = 0; b < 256; ++b) {  // clear_neg_zero: only 0x80 bytes change, in every position
+  for (uint32_t b = 0; b < 256; ++b) {  // fn_as_fnuz: 0x80 -> 0, 0x7f / 0xff -> 0x80, in every position
     for (int pos = 0; pos < 4; ++pos) {
-      const uint32_t x = (b << (8 * pos)) | (0x80u << (8 * ((pos + 1) % 4)));
-      const uint32_t y = amd::clear_neg_zero(x);
-      const uint32_t want = b == 0x80 ? 0u : (b << (8 * pos));
-      CHECK(y == want, "clear_neg_zero(%#x) = %#x, want %#x", x, y, want);
+      const uint32_t other = (b * 7 + 3) & 0xffu;  // a neighbour byte (mapped by the same rule)
+      const auto map = [](uint32_t c) { return c == 0x80 ? 0u : (c & 0x7f) == 0x7f ? 0x80u : c; };
+      const uint32_t x = (b << (8 * pos)) | (other << (8 * ((pos + 1) % 4)));
+      const uint32_t want = (map(b) << (8 * pos)) | (map(other) << (8 * ((pos + 1) % 4)));
+      const uint32_t y = amd::fn_as_fnuz(x);
+      CHECK(y == want, "fn_as_fnuz(%#x) = %#x, want %#x", x, y, want);
     }
   }
   test_widen<Fp8Kind::E4M3FN>();

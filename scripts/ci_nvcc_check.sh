@@ -4,17 +4,25 @@
 # dispatch table and the host helpers, for sm_90a and sm_89. Also asserts that the e4m3 mma.sync
 # atom is what the fn instances use (the PTX must contain mma...e4m3.e4m3), that the wgmma
 # instances issue FP8 wgmma, reports register spills (fails on them in the wgmma instances) and fails on
-# ptxas-serialized wgmma (C7511 / C7513 / C7520 ...).
+# ptxas-serialized wgmma (C7511 / C7513 / C7520 ...). Then the equivalence check of the compiled
+# kernels against scripts/ci_nvcc_baseline.json (scripts/ci_nvcc_sass.py): per instance, arch and
+# kernel no more registers or spills, and the same opcode mix in the SASS main loop (within 1 %).
 #
 #   scripts/ci_nvcc_check.sh            # all instances, both archs
 #   JOBS=2 FP8ATTN_HEAD_DIMS=64,128 scripts/ci_nvcc_check.sh
+#   FP8ATTN_SASS=write scripts/ci_nvcc_check.sh   # record the built kernels in the baseline (with
+#                                                 # filters: theirs only); the commit says why, with the diff
+#   FP8ATTN_SASS=off ...                          # skip the SASS check
 set -euo pipefail
 cd "$(dirname "$0")/.."
 NVCC=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
 JOBS=${JOBS:-2}
 ARCHS=${NVCC_CHECK_ARCHS:-"90a 89"}
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+SASS=${FP8ATTN_SASS:-check}
+work=${KEEP:-$(mktemp -d)}
+mkdir -p "$work"
+[ -n "${KEEP:-}" ] || trap 'rm -rf "$work"' EXIT
+start=$(date +%s)
 python3 csrc/kernels/generate.py --out-dir "$work/gen" --sm90a
 "$NVCC" --version | tail -1
 
@@ -64,4 +72,28 @@ if [ -n "$one" ]; then
   done
   echo "ok: FP8 wgmma m64n64k32 / m64n128k32 / m64n8k32 present"
 fi
-echo "nvcc compile-check passed"
+echo "compile: $(( $(date +%s) - start )) s"
+
+# SASS / register equivalence with the baseline. cuobjdump (and the nvdisasm it runs) of the pinned
+# version the baseline was read with, from PyPI when not given (CUOBJDUMP=path); cached.
+if [ "$SASS" = check ] && [ ! -f scripts/ci_nvcc_baseline.json ]; then
+  echo "sass: no baseline (scripts/ci_nvcc_baseline.json): check skipped"
+elif [ "$SASS" != off ]; then
+  tools_version=13.2.51
+  if [ -z "${CUOBJDUMP:-}" ]; then
+    tools=${FP8ATTN_CUDA_TOOLS:-${XDG_CACHE_HOME:-$HOME/.cache}/fp8attn/cuda-tools-$tools_version}
+    if [ ! -x "$tools/nvidia/cu13/bin/cuobjdump" ] || [ ! -x "$tools/nvidia/cu13/bin/nvdisasm" ]; then
+      python3 -m pip download --disable-pip-version-check --no-deps -q -d "$tools/wheels" \
+        "nvidia-cuda-cuobjdump==$tools_version" "nvidia-cuda-nvdisasm==$tools_version"
+      python3 -c 'import glob, sys, zipfile
+for w in glob.glob(sys.argv[1] + "/wheels/*.whl"): zipfile.ZipFile(w).extractall(sys.argv[1])' "$tools"
+      chmod +x "$tools"/nvidia/cu13/bin/*
+    fi
+    CUOBJDUMP=$tools/nvidia/cu13/bin/cuobjdump
+  fi
+  NVCC_VERSION=$("$NVCC" --version | sed -n 's/.*, V\([0-9.]*\)$/\1/p')
+  [ "$SASS" = write ] || SASS=check
+  PATH="$(dirname "$CUOBJDUMP"):$PATH" CUOBJDUMP=$CUOBJDUMP NVCC_VERSION=$NVCC_VERSION \
+    python3 scripts/ci_nvcc_sass.py "$SASS" "$work" scripts/ci_nvcc_baseline.json
+fi
+echo "nvcc compile-check passed in $(( $(date +%s) - start )) s"

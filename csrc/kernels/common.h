@@ -14,3 +14,10 @@
 #else
 #define FP8ATTN_DEVICE_PASS 0
 #endif
+
+// Event-trace hooks of the GPU pipelines: nothing (their argument is not even compiled) unless a lab
+// build defines FP8ATTN_TRACE before including the kernels, and then includes kernels/trace.h for
+// the event names.
+#ifndef FP8ATTN_TRACE
+#define FP8ATTN_TRACE(event) ((void)0)
+#endif

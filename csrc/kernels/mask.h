@@ -8,8 +8,9 @@
 //   q1   . . x x x .         q1 sees j in [2, 4]
 //   q2   . . . x x x         q2 sees j in [3, 5]
 //
-// The pipelines ask it for the key range a block of rows can touch (tiles outside are skipped)
-// and whether a tile is entirely visible (then no per-element masking is needed).
+// The pipelines ask it for the key range a block of rows can touch (tiles outside are skipped),
+// whether a tile needs per-element masking (tile_needs_mask) and, for each of their rows, the
+// interval of keys it sees (RowKeys: Mask::visible as an interval, computed once per row).
 #pragma once
 #include <cstdint>
 
@@ -63,5 +64,33 @@ struct Mask {
     return left_ok && right_ok;
   }
 };
+
+// The keys [lo, hi) that row `row` sees: exactly Mask::visible's (0 <= lo <= hi <= k_len); without a
+// mask (kHasMask false) every key of the sequence, and only hi is compared.
+template <bool kHasMask>
+struct RowKeys {
+  int32_t lo, hi;
+
+  FP8ATTN_HD static RowKeys of(const Mask& m, int32_t row) {
+    int64_t l = 0, h = m.k_len;
+    if (kHasMask) {
+      const int64_t base = static_cast<int64_t>(row) + m.shift;
+      if (m.left >= 0) l = base - m.left > 0 ? base - m.left : 0;
+      if (m.right >= 0) h = base + m.right + 1 < h ? base + m.right + 1 : h;
+    }
+    RowKeys k;
+    k.lo = static_cast<int32_t>(l < m.k_len ? l : m.k_len);
+    k.hi = static_cast<int32_t>(h > k.lo ? h : k.lo);
+    return k;
+  }
+  FP8ATTN_HD bool contains(int32_t key) const { return (!kHasMask || key >= lo) && key < hi; }
+};
+
+// Whether KV tile [k0, k1) needs per-element masking for rows [row0, row1): some of its elements
+// are invisible (with a mask) or past the sequence's keys (k_len).
+template <bool kHasMask>
+FP8ATTN_HD bool tile_needs_mask(const Mask& m, int32_t row0, int32_t row1, int32_t k0, int32_t k1) {
+  return kHasMask ? !m.tile_fully_visible(row0, row1, k0, k1) : k1 > m.k_len;
+}
 
 }  // namespace fp8attn

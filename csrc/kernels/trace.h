@@ -1,7 +1,7 @@
-// Event-trace hooks of the GPU pipelines. FP8ATTN_TRACE(event) compiles to nothing unless the
-// translation unit defines it before including the kernels: the standalone checks do when built
-// with -DFP8ATTN_EVENT_TRACE (tests/gpu/standalone/event_trace.h records a timestamp per warp
-// leader). Such traces located the wgmma epilogue's and the decode copies' costs
+// The events of the GPU pipelines' trace hooks (FP8ATTN_TRACE, common.h), for lab builds only: no
+// kernel includes this file. A trace build defines FP8ATTN_TRACE(event) before including the kernels
+// and includes this file for the names (the standalone checks' event_trace.h records a timestamp per
+// warp leader). Such traces located the wgmma epilogue's and the decode copies' costs
 // (docs/hopper-wgmma.md, docs/gpu-kernels.md).
 #pragma once
 
@@ -77,7 +77,3 @@ inline const char* trace_event_name(int e) {
 }
 
 }  // namespace fp8attn
-
-#ifndef FP8ATTN_TRACE
-#define FP8ATTN_TRACE(event) ((void)0)
-#endif

@@ -22,15 +22,15 @@
 //  * gfx950 + fn: the f8f6f4 form v_mfma_scale_f32_32x32x64_f8f6f4 takes four of the 8-code
 //    chunks above per operand (k = 64): the same fragments, half the MFMA instructions.
 //
-// FP8 kinds (chosen per compiled target and K; every path is exact except NaN inputs, which are
-// not supported -- as on the NVIDIA f16 path):
+// FP8 kinds (chosen per compiled target and K; every path is exact, NaN codes included):
 //  * native (gfx942 + fnuz, gfx950 + fn): FP8 MFMA on the codes; P quantized by
 //    v_cvt_pk_fp8_f32 (after clamping to +-max: same bits as numeric/fp8.h's fp8_encode).
 //  * reinterpret (gfx942 + fn): an fn code read as fnuz is worth exactly half (bias 8 vs 7, for
 //    normals and subnormals), so FP8 MFMA products are exactly 1/4 of the true ones and the kernel
-//    multiplies the QK and O scales by kInvProductScale = 4 (exact). The one code that changes
-//    meaning, fn -0 (0x80) = fnuz NaN, is cleared to +0 as K / V / Q enter the operands. P codes
-//    come from the software encoder (the hardware conversion writes fnuz).
+//    multiplies the QK and O scales by kInvProductScale = 4 (exact). The codes that change
+//    meaning, fn -0 (0x80) = fnuz NaN and fn NaN (0x7f / 0xff) = fnuz +-240, become fnuz +0 and
+//    NaN as K / V / Q enter the operands (fn_as_fnuz). P codes come from the software encoder (the
+//    hardware conversion writes fnuz).
 //  * f16 (gfx950 + fnuz): OCP hardware reads 0x7f / 0xff (fnuz +-240) as NaN and no power-of-two
 //    rescaling maps fnuz onto fn, so each code is widened exactly to f16 and
 //    v_mfma_f32_32x32x16_f16 runs (same operand layout as the fp8 form; every product exact in f32).
@@ -39,6 +39,8 @@
 
 #include "../common.h"
 #include "../numeric/fp8.h"
+#include "../variant.h"
+#include "scalar.h"
 
 // CUDA's __grid_constant__ (kernel parameter in constant memory) has no HIP spelling: kernel
 // arguments are in constant memory (the kernarg segment) on AMD anyway.
@@ -78,17 +80,25 @@ constexpr MfmaPath path_of() {
 
 FP8ATTN_DEVICE float shfl_xor(float x, int mask) { return __shfl_xor(x, mask); }
 
+// Programmatic Dependent Launch is NVIDIA's (nv_mma.h): nothing here.
+FP8ATTN_DEVICE void pdl_launch_dependents() {}
+FP8ATTN_DEVICE void pdl_wait() {}
+
 FP8ATTN_DEVICE uint64_t lds_load64(const uint8_t* p) { return *reinterpret_cast<const uint64_t*>(p); }
 
-// Bytes equal to 0x80 (fn -0) -> 0x00, the others unchanged.
-FP8ATTN_DEVICE uint32_t clear_neg_zero(uint32_t x) {
-  const uint32_t t = x ^ 0x80808080u;                                          // 0x80 bytes -> 0
-  const uint32_t z = ~(((t & 0x7f7f7f7fu) + 0x7f7f7f7fu) | t) & 0x80808080u;  // 0x80 where t's byte is 0
-  return x & ~z;
+// 0x80 in the bytes of x that are 0 (exact per byte: no carries between bytes).
+FP8ATTN_HD uint32_t zero_bytes(uint32_t x) { return ~(((x & 0x7f7f7f7fu) + 0x7f7f7f7fu) | x) & 0x80808080u; }
+
+// fn codes as the fnuz codes of half their value: 0x80 (fn -0) -> 0x00, 0x7f / 0xff (fn NaN) -> 0x80
+// (fnuz NaN), the others unchanged (read as fnuz they are worth exactly half).
+FP8ATTN_DEVICE uint32_t fn_as_fnuz(uint32_t x) {
+  const uint32_t z = zero_bytes(x ^ 0x80808080u);                  // 0x80 where x's byte is 0x80
+  const uint32_t n = zero_bytes((x & 0x7f7f7f7fu) ^ 0x7f7f7f7fu);  // 0x80 where it is 0x7f / 0xff
+  return (x & ~z & ~((n >> 7) * 0xffu)) | n;
 }
-FP8ATTN_DEVICE uint64_t clear_neg_zero(uint64_t x) {
-  return static_cast<uint64_t>(clear_neg_zero(static_cast<uint32_t>(x))) |
-         (static_cast<uint64_t>(clear_neg_zero(static_cast<uint32_t>(x >> 32))) << 32);
+FP8ATTN_DEVICE uint64_t fn_as_fnuz(uint64_t x) {
+  return static_cast<uint64_t>(fn_as_fnuz(static_cast<uint32_t>(x))) |
+         (static_cast<uint64_t>(fn_as_fnuz(static_cast<uint32_t>(x >> 32))) << 32);
 }
 
 // Exact e4m3 -> f16 of the two low bytes of x: the code's exponent/mantissa bits placed in f16
@@ -99,7 +109,12 @@ FP8ATTN_DEVICE f16x2 fp8x2_to_f16x2(uint32_t x) {
   const uint32_t v = (x & 0xffu) | ((x & 0xff00u) << 8);  // [b0, 0, b1, 0]
   const uint32_t h = ((v & 0x007f007fu) << 7) | ((v & 0x00800080u) << 8);
   const _Float16 s = K == Fp8Kind::E4M3FN ? static_cast<_Float16>(256.f) : static_cast<_Float16>(128.f);
-  return __builtin_bit_cast(f16x2, h) * f16x2{s, s};
+  const f16x2 r = __builtin_bit_cast(f16x2, h) * f16x2{s, s};
+  // The NaN codes (fn: exponent and mantissa all ones; fnuz: 0x80), finite after the shift -> f16 NaN.
+  const uint32_t lo = v & 0xffffu, hi = v >> 16;
+  const auto is_nan = [](uint32_t b) { return K == Fp8Kind::E4M3FN ? (b & 0x7fu) == 0x7fu : b == 0x80u; };
+  const uint32_t nan = (is_nan(lo) ? 0x7e00u : 0u) | (is_nan(hi) ? 0x7e000000u : 0u);
+  return __builtin_bit_cast(f16x2, __builtin_bit_cast(uint32_t, r) | nan);
 }
 template <Fp8Kind K>
 FP8ATTN_DEVICE f16x8 fp8x8_to_f16x8(uint64_t x) {
@@ -153,37 +168,35 @@ FP8ATTN_DEVICE f32x16 mfma_32x32x64(const uint64_t a[4], const uint64_t b[4], f3
   return c;
 }
 
-// Probabilities -> FP8 codes of sat(p * inv_p_scale), packed little-endian (byte i = p[i]), and the
-// values of those codes. Hardware conversion where the target writes kind K, else the shared
-// software encoder (bit-exact by construction).
+// The conversion of PQuantize (variant.h) on AMD: the codes of sat(x[i]) packed little-endian
+// (byte i = x[i]) and their values; hardware conversion where the target writes kind K, else the
+// shared software encoder (bit-exact by construction).
 template <Fp8Kind K>
-struct PQuant {
-  float inv_p_scale;
-  FP8ATTN_DEVICE uint32_t quantize4(const float p[4], float pq[4]) const {
+struct Fp8Cvt {
+  FP8ATTN_DEVICE static uint32_t encode4(const float x[4], float xq[4]) {
 #if FP8ATTN_AMD_HW_FP8 != 0
     if constexpr (path_of<K>() == MfmaPath::kNative) {
       // v_cvt_pk_fp8_f32 rounds to nearest even but does not saturate: clamp first (NaN kept).
       constexpr float kMax = Fp8Traits<K>::kMax;
-      float x[4];
+      float y[4];
 #pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const float y = p[i] * inv_p_scale;
-        x[i] = y > kMax ? kMax : (y < -kMax ? -kMax : y);
-      }
-      int w = __builtin_amdgcn_cvt_pk_fp8_f32(x[0], x[1], 0, false);  // bytes 0, 1
-      w = __builtin_amdgcn_cvt_pk_fp8_f32(x[2], x[3], w, true);        // bytes 2, 3
-      pq[0] = __builtin_amdgcn_cvt_f32_fp8(w, 0);
-      pq[1] = __builtin_amdgcn_cvt_f32_fp8(w, 1);
-      pq[2] = __builtin_amdgcn_cvt_f32_fp8(w, 2);
-      pq[3] = __builtin_amdgcn_cvt_f32_fp8(w, 3);
+      for (int i = 0; i < 4; ++i) y[i] = x[i] > kMax ? kMax : (x[i] < -kMax ? -kMax : x[i]);
+      int w = __builtin_amdgcn_cvt_pk_fp8_f32(y[0], y[1], 0, false);  // bytes 0, 1
+      w = __builtin_amdgcn_cvt_pk_fp8_f32(y[2], y[3], w, true);        // bytes 2, 3
+      xq[0] = __builtin_amdgcn_cvt_f32_fp8(w, 0);
+      xq[1] = __builtin_amdgcn_cvt_f32_fp8(w, 1);
+      xq[2] = __builtin_amdgcn_cvt_f32_fp8(w, 2);
+      xq[3] = __builtin_amdgcn_cvt_f32_fp8(w, 3);
       return static_cast<uint32_t>(w);
     } else
 #endif
     {
-      return fp8_quantize4<K>(p, inv_p_scale, pq);
+      return fp8_encode4<K>(x, xq);
     }
   }
 };
+template <Fp8Kind K>
+using PQuant = PQuantize<K, Fp8Cvt<K>>;
 
 // The gfx950 f8f6f4 (k = 64) form pays where the kind is native there (fn): twice the k per MFMA.
 template <Fp8Kind K>
@@ -214,14 +227,16 @@ struct MfmaTile {
   FP8ATTN_DEVICE static int row_in_warp(int lane, int) { return lane & 31; }
   FP8ATTN_DEVICE static bool row_leader(int lane) { return lane < 32; }
   FP8ATTN_HD static constexpr int s_row(int) { return 0; }
-  FP8ATTN_DEVICE static int s_key(int lane, int i) { return 16 * (i >> 3) + 8 * (lane >> 5) + (i & 7); }
+  FP8ATTN_DEVICE static int s_key_base(int lane) { return 8 * (lane >> 5); }
+  FP8ATTN_HD static constexpr int s_key_off(int i) { return 16 * (i >> 3) + (i & 7); }
+  FP8ATTN_DEVICE static int s_key(int lane, int i) { return s_key_base(lane) + s_key_off(i); }
   FP8ATTN_HD static constexpr int p_row(int) { return 0; }
   FP8ATTN_HD static constexpr int p_src(int w, int b) { return 4 * w + b; }
   FP8ATTN_HD static constexpr int o_row(int) { return 0; }
   FP8ATTN_DEVICE static int o_col(int lane, int e) {
     return 32 * (e >> 4) + 8 * ((e >> 2) & 3) + 4 * (lane >> 5) + (e & 3);
   }
-  FP8ATTN_DEVICE static float row_max(float x) { return fmaxf(x, shfl_xor(x, 32)); }
+  FP8ATTN_DEVICE static float row_max(float x) { return max_nan(x, shfl_xor(x, 32)); }
   FP8ATTN_DEVICE static float row_sum(float x) { return x + shfl_xor(x, 32); }
   FP8ATTN_HD static int k_row(int r) { return r; }
 
@@ -230,10 +245,10 @@ struct MfmaTile {
     uint4 v = make_uint4(0, 0, 0, 0);
     if (pred) v = *reinterpret_cast<const uint4*>(gmem);
     if constexpr (kReinterpret) {
-      v.x = clear_neg_zero(v.x);
-      v.y = clear_neg_zero(v.y);
-      v.z = clear_neg_zero(v.z);
-      v.w = clear_neg_zero(v.w);
+      v.x = fn_as_fnuz(v.x);
+      v.y = fn_as_fnuz(v.y);
+      v.z = fn_as_fnuz(v.z);
+      v.w = fn_as_fnuz(v.w);
     }
     *reinterpret_cast<uint4*>(smem) = v;
   }
@@ -264,7 +279,7 @@ struct MfmaTile {
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
         b[j] = lds_load64(qp + 64 * ks + 16 * j);
-        if constexpr (kReinterpret) b[j] = clear_neg_zero(b[j]);
+        if constexpr (kReinterpret) b[j] = fn_as_fnuz(b[j]);
         a0[j] = lds_load64(kp0 + 64 * ks + 16 * j);
         a1[j] = lds_load64(kp1 + 64 * ks + 16 * j);
       }
@@ -274,7 +289,7 @@ struct MfmaTile {
 #pragma unroll
     for (int ks = 4 * kK64Steps; ks < Policy::kD / 16; ++ks) {
       uint64_t b = lds_load64(qp + 16 * ks);
-      if constexpr (kReinterpret) b = clear_neg_zero(b);
+      if constexpr (kReinterpret) b = fn_as_fnuz(b);
       c0 = mfma_32x32x16<K>(lds_load64(kp0 + 16 * ks), b, c0);
       c1 = mfma_32x32x16<K>(lds_load64(kp1 + 16 * ks), b, c1);
     }

@@ -7,9 +7,7 @@
 //    byte exactly to fp16 and issues two m16n8k16 f16 mmas: every e4m3 value and every product of two
 //    is exact in fp16/fp32, so both paths compute the same products; only fp32 summation order differs.
 //    (The k index of the two f16 mmas is permuted, identically for A and B, which leaves the sum alone.)
-//  * PQuant<K>::quantize4: four probabilities -> four FP8 codes packed in a u32 (byte i = p[i]) plus
-//    the values they decode to; hardware cvt.rn.satfinite.e4m3x2.f32 on sm_89+ for fn (same bits as
-//    numeric/fp8.h's fp8_encode: RNE, saturating, NaN kept), the shared software encoder otherwise.
+//  * Fp8Cvt<K>: the conversions of P quantization (PQuant<K> = PQuantize with them, variant.h).
 //  * cp.async / ldmatrix wrappers.
 #pragma once
 #include <cstdint>
@@ -17,6 +15,8 @@
 #include "../common.h"
 #include "../numeric/fp8.h"
 #include "../numeric/half.h"
+#include "../variant.h"
+#include "scalar.h"
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
 #define FP8ATTN_NV_FP8_MMA 1
@@ -58,8 +58,8 @@ FP8ATTN_DEVICE void mma_f16_16816(float c[4], const uint32_t a[4], const uint32_
 
 // Exact e4m3 -> fp16 of the two low (hi = false) or high bytes of x, packed as half2 bits. The
 // e4m3 exponent/mantissa bits shifted into fp16 position read as value * 2^(bias - 15) for normals
-// and subnormals alike; one exact f16x2 multiply by 2^(15 - bias) restores the value. (NaN codes
-// become finite here: NaN inputs are not supported on this path.)
+// and subnormals alike; one exact f16x2 multiply by 2^(15 - bias) restores the value. The NaN codes
+// (fn: exponent and mantissa all ones; fnuz: 0x80), finite after the shift, are made f16 NaNs.
 template <Fp8Kind K>
 FP8ATTN_DEVICE uint32_t fp8x2_to_half2(uint32_t x, bool hi) {
   const uint32_t v = __byte_perm(x, 0u, hi ? 0x4342 : 0x4140);  // [b, 0, b', 0]
@@ -67,7 +67,8 @@ FP8ATTN_DEVICE uint32_t fp8x2_to_half2(uint32_t x, bool hi) {
   constexpr uint32_t kScale = K == Fp8Kind::E4M3FN ? 0x5c005c00u : 0x58005800u;  // 2^8 / 2^7 in f16x2
   uint32_t r;
   asm("mul.rn.f16x2 %0, %1, %2;\n" : "=r"(r) : "r"(h), "r"(kScale));
-  return r;
+  const uint32_t nan = K == Fp8Kind::E4M3FN ? __vcmpeq2(v & 0x007f007fu, 0x007f007fu) : __vcmpeq2(v, 0x00800080u);
+  return r | (nan & 0x7e007e00u);
 }
 
 // Exact e4m3 -> f16x2 of two fp8 codes in the low 16 bits of x (hardware cvt on sm_89+ for fn).
@@ -83,6 +84,34 @@ FP8ATTN_DEVICE uint32_t fp8x2_lo_to_half2(uint32_t x) {
   {
     return fp8x2_to_half2<K>(x, false);
   }
+}
+
+// The fp8 codes in bytes (sel & 0xf, sel >> 4) of x -> f16x2 (exact).
+template <Fp8Kind K>
+FP8ATTN_DEVICE uint32_t fp8_pair_to_half2(uint32_t x, uint32_t sel) {
+  return fp8x2_lo_to_half2<K>(__byte_perm(x, 0u, sel));
+}
+
+// Transposes the 8x8 b16 matrix whose fragment (lane g, t: row g, columns 2t, 2t+1) is x.
+FP8ATTN_DEVICE uint32_t movmatrix_trans(uint32_t x) {
+  uint32_t r;
+  asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;\n" : "=r"(r) : "r"(x));
+  return r;
+}
+
+// Programmatic Dependent Launch (sm_90+; no-ops elsewhere): launch_dependents lets the grid
+// launched next with the programmatic-serialization attribute start before this one ends (its
+// blocks become resident and wait); pdl_wait waits for the preceding grid to complete with its
+// memory visible (returns at once when the grid was launched without the attribute).
+FP8ATTN_DEVICE void pdl_launch_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+FP8ATTN_DEVICE void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
 }
 
 // D(16x8, f32) += A(16x16, f16, row) * B(16x8, f16, col): lane (g, t) holds a[0] = A[g][2t..2t+1],
@@ -139,68 +168,60 @@ FP8ATTN_DEVICE uint16_t e4m3x2(float lo, float hi) {
 }
 #endif
 
+// The conversions of PQuantize (variant.h) on NVIDIA: hardware cvt.rn.satfinite.e4m3x2.f32 on
+// sm_89+ for fn (the same bits as numeric/fp8.h's fp8_encode: RNE, saturating, NaN kept), the
+// software encoder otherwise.
 template <Fp8Kind K>
-struct PQuant {
-  float inv_p_scale;
-  // Codes of sat(q[i]) packed little-endian, for q = p / p_scale already (the wgmma pipeline
-  // folds 1 / p_scale into the exponent: exp2(x + log2(1 / p_scale)) = exp2(x) / p_scale).
-  FP8ATTN_DEVICE uint32_t codes4_scaled(const float q[4]) const {
+struct Fp8Cvt {
+  // Codes of sat(x[i]) packed little-endian; xq[i] = their values.
+  FP8ATTN_DEVICE static uint32_t encode4(const float x[4], float xq[4]) {
 #if FP8ATTN_NV_FP8_MMA
     if constexpr (K == Fp8Kind::E4M3FN) {
-      const uint16_t lo = e4m3x2(q[0], q[1]), hi = e4m3x2(q[2], q[3]);
+      const uint16_t lo = e4m3x2(x[0], x[1]), hi = e4m3x2(x[2], x[3]);
+      uint32_t h01, h23;
+      asm("cvt.rn.f16x2.e4m3x2 %0, %1;\n" : "=r"(h01) : "h"(lo));
+      asm("cvt.rn.f16x2.e4m3x2 %0, %1;\n" : "=r"(h23) : "h"(hi));
+      asm("{\n.reg .f16 a, b;\nmov.b32 {a, b}, %2;\ncvt.f32.f16 %0, a;\ncvt.f32.f16 %1, b;\n}\n"
+          : "=f"(xq[0]), "=f"(xq[1]) : "r"(h01));
+      asm("{\n.reg .f16 a, b;\nmov.b32 {a, b}, %2;\ncvt.f32.f16 %0, a;\ncvt.f32.f16 %1, b;\n}\n"
+          : "=f"(xq[2]), "=f"(xq[3]) : "r"(h23));
+      return static_cast<uint32_t>(lo) | (static_cast<uint32_t>(hi) << 16);
+    } else
+#endif
+    {
+      return fp8_encode4<K>(x, xq);
+    }
+  }
+  // Codes only.
+  FP8ATTN_DEVICE static uint32_t encode4(const float x[4]) {
+#if FP8ATTN_NV_FP8_MMA
+    if constexpr (K == Fp8Kind::E4M3FN) {
+      const uint16_t lo = e4m3x2(x[0], x[1]), hi = e4m3x2(x[2], x[3]);
       return static_cast<uint32_t>(lo) | (static_cast<uint32_t>(hi) << 16);
     } else
 #endif
     {
       float unused[4];
-      return fp8_quantize4<K>(q, 1.f, unused);
+      return fp8_encode4<K>(x, unused);
     }
   }
-  // Codes of sat(p[i] * inv_p_scale) packed little-endian; pq[i] = their values.
-  FP8ATTN_DEVICE uint32_t quantize4(const float p[4], float pq[4]) const {
+  // The codes of sat(x0), sat(x1) as their exact f16 values, packed (lo = x0).
+  FP8ATTN_DEVICE static uint32_t encode2_f16(float x0, float x1) {
 #if FP8ATTN_NV_FP8_MMA
     if constexpr (K == Fp8Kind::E4M3FN) {
-      const uint16_t lo = e4m3x2(p[0] * inv_p_scale, p[1] * inv_p_scale);
-      const uint16_t hi = e4m3x2(p[2] * inv_p_scale, p[3] * inv_p_scale);
-      uint32_t h01, h23;
-      asm("cvt.rn.f16x2.e4m3x2 %0, %1;\n" : "=r"(h01) : "h"(lo));
-      asm("cvt.rn.f16x2.e4m3x2 %0, %1;\n" : "=r"(h23) : "h"(hi));
-      asm("{\n.reg .f16 a, b;\nmov.b32 {a, b}, %2;\ncvt.f32.f16 %0, a;\ncvt.f32.f16 %1, b;\n}\n"
-          : "=f"(pq[0]), "=f"(pq[1]) : "r"(h01));
-      asm("{\n.reg .f16 a, b;\nmov.b32 {a, b}, %2;\ncvt.f32.f16 %0, a;\ncvt.f32.f16 %1, b;\n}\n"
-          : "=f"(pq[2]), "=f"(pq[3]) : "r"(h23));
-      return static_cast<uint32_t>(lo) | (static_cast<uint32_t>(hi) << 16);
+      uint32_t h;
+      asm("cvt.rn.f16x2.e4m3x2 %0, %1;\n" : "=r"(h) : "h"(e4m3x2(x0, x1)));
+      return h;
     } else
 #endif
     {
-      return fp8_quantize4<K>(p, inv_p_scale, pq);
+      const uint32_t c = static_cast<uint32_t>(fp8_encode<K>(x0)) | (static_cast<uint32_t>(fp8_encode<K>(x1)) << 8);
+      return fp8x2_to_half2<K>(c, false);
     }
   }
 };
-
-// P quantization straight into an f16x2 A-fragment register: codes of sat(p0 / p_scale),
-// sat(p1 / p_scale) as their exact f16 values (lo = p0); *sum += their values.
 template <Fp8Kind K>
-FP8ATTN_DEVICE uint32_t quantize2_f16(float p0, float p1, float inv_p_scale, float* sum) {
-  uint32_t h;
-#if FP8ATTN_NV_FP8_MMA
-  if constexpr (K == Fp8Kind::E4M3FN) {
-    uint16_t c;
-    asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;\n" : "=h"(c) : "f"(p1 * inv_p_scale), "f"(p0 * inv_p_scale));
-    asm("cvt.rn.f16x2.e4m3x2 %0, %1;\n" : "=r"(h) : "h"(c));
-  } else
-#endif
-  {
-    const uint32_t c = static_cast<uint32_t>(fp8_encode<K>(p0 * inv_p_scale)) |
-                       (static_cast<uint32_t>(fp8_encode<K>(p1 * inv_p_scale)) << 8);
-    h = fp8x2_to_half2<K>(c, false);
-  }
-  float f0, f1;
-  asm("{\n.reg .f16 a, b;\nmov.b32 {a, b}, %2;\ncvt.f32.f16 %0, a;\ncvt.f32.f16 %1, b;\n}\n"
-      : "=f"(f0), "=f"(f1) : "r"(h));
-  *sum += f0 + f1;
-  return h;
-}
+using PQuant = PQuantize<K, Fp8Cvt<K>>;
 
 // 4x4 byte transpose: in[r] holds bytes (r, 0..3); out[c] holds bytes (0..3, c).
 FP8ATTN_DEVICE void transpose4x4_bytes(const uint32_t in[4], uint32_t out[4]) {
@@ -220,9 +241,24 @@ FP8ATTN_DEVICE float exp2_approx(float x) {
   asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
   return y;
 }
+// The same as the online softmax's exp2 (softmax.h).
+struct Exp2Approx {
+  FP8ATTN_DEVICE float operator()(float x) const { return exp2_approx(x); }
+};
 
 // Lanes of one 32-lane group exchange values (NVIDIA: the whole warp).
 FP8ATTN_DEVICE float shfl_xor(float x, int mask) { return __shfl_xor_sync(0xffffffffu, x, mask); }
+
+// The maximum / sum over the 4 lanes of a quad (the lanes that share an m16n8 accumulator row); the
+// maximum is NaN-propagating (the running max's, fwd/softmax.h).
+FP8ATTN_DEVICE float quad_max(float x) {
+  x = max_nan(x, shfl_xor(x, 1));
+  return max_nan(x, shfl_xor(x, 2));
+}
+FP8ATTN_DEVICE float quad_sum(float x) {
+  x += shfl_xor(x, 1);
+  return x + shfl_xor(x, 2);
+}
 
 // The warp tile of the fp8-operand pipeline (pipeline.h) on NVIDIA: one warp computes 16 packed
 // query rows x the 64-key KV tile with MmaFp8 (m16n8k32). The interface every atom family's Tile
@@ -231,7 +267,8 @@ FP8ATTN_DEVICE float shfl_xor(float x, int mask) { return __shfl_xor_sync(0xffff
 //   per KV tile), kPWords (u32 words of P8 per thread), kDAlign (head-dim padding of the tiles),
 //   kInvProductScale (1 / value of one atom product relative to the true product of the codes),
 //   o_frags(D) / o_cols(D) (4-float groups of the O accumulator / columns it covers, >= D), row_in_warp(lane, ri), row_leader(lane),
-//   s_row(i) / s_key(lane, i) (row slot / key in the tile of S element i), p_row(w) / p_src(w, b)
+//   s_row(i) / s_key(lane, i) = s_key_base(lane) + s_key_off(i) (row slot / key in the tile of S
+//   element i: the S layout of fwd/softmax.h), p_row(w) / p_src(w, b)
 //   (row slot of P word w; S element quantized into its byte b), o_row(e) / o_col(lane, e)
 //   (row slot / column d of O element e), row_max / row_sum (over the lanes sharing a row),
 //   k_row(r) (LDS row of key r), copy16 / copy_commit / copy_wait (global -> LDS),
@@ -254,23 +291,19 @@ struct Sm89Tile {
   FP8ATTN_DEVICE static bool row_leader(int lane) { return lane % 4 == 0; }
   // S element i = 4j + c of n8 tile j: row slot c >> 1, key key_of(j, 2t + (c & 1)).
   FP8ATTN_HD static constexpr int s_row(int i) { return (i & 3) >> 1; }
-  FP8ATTN_DEVICE static int s_key(int lane, int i) {  // = key_of(i >> 2, 2t + (i & 1)), folded
-    const int j = i >> 2;
-    return 32 * (j >> 2) + 16 * ((j >> 1) & 1) + 4 * (lane % 4) + 2 * (j & 1) + (i & 1);
+  // = key_of(i >> 2, 2t + (i & 1)), folded: s_key_base(lane) + s_key_off(i).
+  FP8ATTN_DEVICE static int s_key_base(int lane) { return 4 * (lane % 4); }
+  FP8ATTN_HD static constexpr int s_key_off(int i) {
+    return 32 * ((i >> 2) >> 2) + 16 * (((i >> 2) >> 1) & 1) + 2 * ((i >> 2) & 1) + (i & 1);
   }
+  FP8ATTN_DEVICE static int s_key(int lane, int i) { return s_key_base(lane) + s_key_off(i); }
   // P word w = 4q + 2hh + ri is A register (ri + 2hh) of P.V k32 step q: S tiles j = 4q + 2hh, j + 1.
   FP8ATTN_HD static constexpr int p_row(int w) { return w & 1; }
   FP8ATTN_HD static constexpr int p_src(int w, int b) { return ((w & ~1) + (b >> 1)) * 4 + 2 * (w & 1) + (b & 1); }
   FP8ATTN_HD static constexpr int o_row(int e) { return (e & 3) >> 1; }
   FP8ATTN_DEVICE static int o_col(int lane, int e) { return 8 * (e >> 2) + 2 * (lane % 4) + (e & 1); }
-  FP8ATTN_DEVICE static float row_max(float x) {
-    x = fmaxf(x, shfl_xor(x, 1));
-    return fmaxf(x, shfl_xor(x, 2));
-  }
-  FP8ATTN_DEVICE static float row_sum(float x) {
-    x += shfl_xor(x, 1);
-    return x + shfl_xor(x, 2);
-  }
+  FP8ATTN_DEVICE static float row_max(float x) { return quad_max(x); }
+  FP8ATTN_DEVICE static float row_sum(float x) { return quad_sum(x); }
 
   // Key order inside a 32-key MMA step. The S accumulator of n8 tile j (0..3) in lane (g, t) holds
   // columns 2t, 2t+1; we make those keys 16*(j>>1) + 4t + 2*(j&1) + {0,1}, so that a lane holds keys
@@ -332,6 +365,26 @@ struct Sm89Tile {
       }
     }
   }
+};
+
+// The accumulator layout of two m16 row tiles per warp (32 rows; the sm_90 f16 pipeline at D <= 128):
+// lane (g, t) owns rows g + 8 * ri, ri = 0..3; accumulator fragment n = mt * (D/8) + j holds rows
+// 16 * mt + {g, g + 8}, columns 8j + 2t + {0, 1}. Each K / V fragment loaded from shared memory feeds
+// both row tiles (half the shared-memory traffic per MMA).
+template <int kD>
+struct F16Tile2 {
+  static constexpr int kWarpSize = 32;
+  static constexpr int kRowsPerWarp = 32;
+  static constexpr int kRows = 4;
+  static constexpr float kInvProductScale = 1.f;
+  FP8ATTN_HD static constexpr int o_frags(int d) { return 2 * d / 8; }  // n8 fragments of both row tiles
+  FP8ATTN_HD static constexpr int o_cols(int d) { return d; }
+  FP8ATTN_DEVICE static int row_in_warp(int lane, int ri) { return lane / 4 + 8 * ri; }
+  FP8ATTN_DEVICE static bool row_leader(int lane) { return lane % 4 == 0; }
+  FP8ATTN_HD static constexpr int o_row(int e) { return 2 * ((e >> 2) / (kD / 8)) + ((e & 3) >> 1); }
+  FP8ATTN_DEVICE static int o_col(int lane, int e) { return 8 * ((e >> 2) % (kD / 8)) + 2 * (lane % 4) + (e & 1); }
+  FP8ATTN_DEVICE static float row_max(float x) { return quad_max(x); }
+  FP8ATTN_DEVICE static float row_sum(float x) { return quad_sum(x); }
 };
 
 // The NVIDIA mma.sync family: the tile above, up to 227 KiB of shared memory per block.

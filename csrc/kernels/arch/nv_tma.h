@@ -15,6 +15,13 @@
 namespace fp8attn {
 namespace nv {
 
+// Whether this device pass has the TMA engine's bulk copies (sm_90+; the host pass: no).
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+constexpr bool kBulkCopy = true;
+#else
+constexpr bool kBulkCopy = false;
+#endif
+
 // Encodes `map`, a tiled tensor map of bytes of rank `rank` (<= 4): dims innermost first, strides
 // (bytes) of dims 1.., box extents; OOB elements of a box read as zeros. False when the driver
 // entry point is missing or the layout breaks TMA's rules (16-byte aligned base and strides).

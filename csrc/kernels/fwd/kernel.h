@@ -13,7 +13,6 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "../trace.h"
 #include "epilogue.h"
 #include "pipeline.h"
 
@@ -73,30 +72,6 @@ FP8ATTN_DEVICE bool make_block(const FwdParams& p, int32_t x, int32_t split, Blo
   c.tile_end = min(t_hi, c.tile_begin + per);
   return true;
 }
-
-// The rows one thread owns (lane of row-owning warp `warp`), their heads and logits transforms
-// (scales are per q head / kv head). The atom's products may come out scaled by a power of two
-// (Tile::kInvProductScale undoes it, exactly: see arch/amd_mfma.h); it is folded into the QK scale
-// here and into the O scale by store_rows.
-template <class Tile>
-struct ThreadRows {
-  static constexpr int kR = Tile::kRows;
-  int32_t mrow[kR], qrow[kR], head[kR];
-  LogitsTransform logits[kR];
-
-  FP8ATTN_DEVICE void init(const FwdParams& p, const BlockCtx& c, int warp, int lane) {
-    const float k_descale = p.k_descale ? p.k_descale[c.hkv * p.k_descale_head_stride] : 1.f;
-#pragma unroll
-    for (int ri = 0; ri < kR; ++ri) {
-      mrow[ri] = c.m0 + warp * Tile::kRowsPerWarp + Tile::row_in_warp(lane, ri);
-      const int32_t mr = min(mrow[ri], c.rows - 1);
-      qrow[ri] = c.q_row(p, mr);
-      head[ri] = c.q_head(mr, qrow[ri]);
-      const float q_descale = p.q_descale ? p.q_descale[head[ri] * p.q_descale_head_stride] : 1.f;
-      logits[ri] = LogitsTransform::make(p.softmax_scale, q_descale * k_descale * Tile::kInvProductScale, p.softcap);
-    }
-  }
-};
 
 FP8ATTN_DEVICE float p_scale_of(const FwdParams& p) { return p.p_scale_ptr ? *p.p_scale_ptr : p.p_scale_default; }
 FP8ATTN_DEVICE float v_descale_of(const FwdParams& p, const BlockCtx& c) {
@@ -205,32 +180,17 @@ __global__ void __launch_bounds__(Policy::kThreads) fwd_kernel(const __grid_cons
   BlockCtx c;
   FP8ATTN_TRACE(kTraceKernelStart);
   if (!make_block<Problem, Policy>(p, blockIdx.x, blockIdx.y, c)) return;
-  ThreadRows<Tile> tr;
-  tr.init(p, c, warp, lane);
   const typename Policy::PQuant pq{1.f / p_scale_of(p)};
 
   Pipe::load_q(p, c, smem);
   Pipe::prepare(smem);
   FwdState<Policy> st;
   init_state(st);
-  Pipe::run(p, c, tr.qrow, tr.logits, pq, smem, st);  // its first barrier publishes Q and the K pad
+  Pipe::run(p, c, pq, smem, st);  // its first barrier publishes Q and the K pad
+  ThreadRows<Tile> tr;  // the rows of st's layout
+  tr.init(p, c, warp, lane);
   store_rows<Problem, Policy>(p, c, tr, st, lane);
   FP8ATTN_TRACE(kTraceRowsStored);
-}
-
-// Programmatic Dependent Launch (sm_90+; no-ops elsewhere): launch_dependents lets the grid
-// launched next with the programmatic-serialization attribute start before this one ends (its
-// blocks become resident and wait); pdl_wait waits for the preceding grid to complete with its
-// memory visible (returns at once when the grid was launched without the attribute).
-FP8ATTN_DEVICE void pdl_launch_dependents() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
-#endif
-}
-FP8ATTN_DEVICE void pdl_wait() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;\n" ::: "memory");
-#endif
 }
 
 // Flash-decoding combine: one block per (query row, head) merges the splits' normalized partial
@@ -280,10 +240,10 @@ __global__ void __launch_bounds__(kCombineMaxThreads) fwd_combine_kernel(const _
     float mx = -INFINITY, sum = 0.f;
     for (int s = tid; s < S; s += 32) {
       w[s] = p.lse_accum[s * split_stride + row0];
-      mx = fmaxf(mx, w[s]);
+      mx = max_nan(mx, w[s]);  // (a NaN row's splits are NaN: so is its output)
     }
 #pragma unroll
-    for (int x = 1; x < 32; x *= 2) mx = fmaxf(mx, lane_xor(mx, x));
+    for (int x = 1; x < 32; x *= 2) mx = max_nan(mx, lane_xor(mx, x));
     for (int s = tid; s < S; s += 32) {
       w[s] = (mx == -INFINITY || w[s] == -INFINITY) ? 0.f : expf(w[s] - mx);
       sum += w[s];

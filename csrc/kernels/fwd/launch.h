@@ -13,7 +13,7 @@ namespace fp8attn {
 
 // The NVIDIA-only f16 pipeline (pipeline_f16.h) is included by the generated sm90 instance files
 // only: declared here so that launch_fwd below compiles for every atom family.
-template <class Problem, int kWarps_>
+template <class Problem>
 struct FwdPolicyNvF16;
 template <class Problem, class Policy>
 struct FwdPipelineNvF16;
@@ -79,7 +79,7 @@ void launch_fwd(const FwdParams& p, cudaStream_t stream) {
     if (rows <= 16) {
       launch_fwd_decode<Problem>(p, stream);
     } else {
-      using Policy = FwdPolicyNvF16<Problem, 4>;
+      using Policy = FwdPolicyNvF16<Problem>;
       launch_with<Problem, Policy, FwdPipelineNvF16<Problem, Policy>>(p, stream);
     }
   }

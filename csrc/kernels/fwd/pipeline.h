@@ -5,8 +5,14 @@
 // tile for tile):
 //   S = q8 . k8^T (fp32, fp8 mma)  ->  s = LogitsTransform(S), -inf where masked
 //   m_new = max(m, rowmax s); alpha = exp2(m - m_new); p = exp2(s - m_new)
-//   p8 = sat(p / p_scale) (PQuant: the variant's PQuantize);  l = l*alpha + sum p8;  acc = acc*alpha + p8 . v8
-// The loop knows nothing about layouts (BlockCtx addresses keys) or the output (the Epilogue).
+//   p8 = sat(p / p_scale) (PQuantize);  l = l*alpha + sum p8;  acc = acc*alpha + p8 . v8
+// (the per-row math of softmax.h). The loop knows nothing about layouts (BlockCtx addresses keys)
+// or the output (the Epilogue).
+//
+// The Pipeline interface (every pipeline's, the kernel's only calls): load_q(p, c, smem),
+// prepare(smem), run(p, c, pq, smem, st) -- the block's KV tiles into st (acc, m, l in the layout of
+// Policy::Tile, which the epilogue reads); each pipeline derives the rows its own lanes own in the
+// loop (ThreadRows of its layout: the Tile's, or another one as decode's) and their LoopRows.
 #pragma once
 #include <cmath>
 #include <cstdint>
@@ -15,6 +21,7 @@
 #include "../seqinfo.h"
 #include "../variant.h"
 #include "policy.h"
+#include "softmax.h"
 
 namespace fp8attn {
 
@@ -74,6 +81,60 @@ FP8ATTN_DEVICE uint4 load_q_chunk(const FwdParams& p, const BlockCtx& c, int r, 
   return load_q16_codes<K>(p, off, h);
 }
 
+// The rows one thread owns (lane of row-owning warp `warp`; Layout: kRows, kRowsPerWarp,
+// row_in_warp, kInvProductScale), their heads and logits transforms (scales are per q head / kv
+// head). The atom's products may come out scaled by a power of two (Layout::kInvProductScale undoes
+// it, exactly: see arch/amd_mfma.h); it is folded into the QK scale here and into the O scale by
+// store_rows.
+template <class Layout>
+struct ThreadRows {
+  static constexpr int kR = Layout::kRows;
+  int32_t mrow[kR], qrow[kR], head[kR];
+  LogitsTransform logits[kR];
+
+  FP8ATTN_DEVICE void init(const FwdParams& p, const BlockCtx& c, int warp, int lane) {
+    const float k_descale = p.k_descale ? p.k_descale[c.hkv * p.k_descale_head_stride] : 1.f;
+#pragma unroll
+    for (int ri = 0; ri < kR; ++ri) {
+      mrow[ri] = c.m0 + warp * Layout::kRowsPerWarp + Layout::row_in_warp(lane, ri);
+      const int32_t mr = min(mrow[ri], c.rows - 1);
+      qrow[ri] = c.q_row(p, mr);
+      head[ri] = c.q_head(mr, qrow[ri]);
+      const float q_descale = p.q_descale ? p.q_descale[head[ri] * p.q_descale_head_stride] : 1.f;
+      logits[ri] = LogitsTransform::make(p.softmax_scale, q_descale * k_descale * Layout::kInvProductScale, p.softcap);
+    }
+  }
+  // The keys each row sees (the mask's row interval).
+  template <bool kHasMask>
+  FP8ATTN_DEVICE void keys(const BlockCtx& c, RowKeys<kHasMask> (&k)[kR]) const {
+#pragma unroll
+    for (int ri = 0; ri < kR; ++ri) k[ri] = RowKeys<kHasMask>::of(c.mask, qrow[ri]);
+  }
+};
+
+// Whether KV tile `tile` of kBlockN keys needs per-element masking for the block's rows.
+template <class Problem, int kBlockN>
+FP8ATTN_DEVICE bool kv_tile_needs_mask(const BlockCtx& c, int tile) {
+  return tile_needs_mask<Problem::kHasMask>(c.mask, c.qrow0, c.qrow1, tile * kBlockN, (tile + 1) * kBlockN);
+}
+
+// The 16-byte chunks of KV tile `tile` (kBN keys x kChunks), spread over kThreads threads:
+// copy(r, ch, k, v, ok) for chunk ch of the tile's key r, k / v its global addresses; keys at or past
+// k_len have ok = false and are never read (their cache slots may hold anything).
+template <int kBN, int kChunks, int kThreads, class Copy>
+FP8ATTN_DEVICE void for_kv_chunks(const FwdParams& p, const BlockCtx& c, int tile, Copy copy) {
+  const uint8_t* kbase = static_cast<const uint8_t*>(p.k) + static_cast<int64_t>(c.hkv) * p.k_head_stride;
+  const uint8_t* vbase = static_cast<const uint8_t*>(p.v) + static_cast<int64_t>(c.hkv) * p.v_head_stride;
+  for (int i = threadIdx.x; i < kBN * kChunks; i += kThreads) {
+    const int r = i / kChunks, ch = i % kChunks;
+    const int32_t key = tile * kBN + r;
+    const bool ok = key < c.seq.k_len;
+    const int64_t koff = ok ? c.seq.key_offset(p, key, false) : 0;
+    const int64_t voff = ok ? c.seq.key_offset(p, key, true) : 0;
+    copy(r, ch, kbase + koff + ch * 16, vbase + voff + ch * 16, ok);
+  }
+}
+
 // Per-thread state: lane `lane` of warp w owns packed rows
 // m0 + w * Tile::kRowsPerWarp + Tile::row_in_warp(lane, ri), ri < Tile::kRows (NVIDIA: g, g + 8).
 template <class Policy>
@@ -116,17 +177,10 @@ struct FwdPipeline {
   // Issue the copies of KV tile `tile` (K rows permuted, V rows natural); keys at or past
   // k_len are zero-filled and never read from memory (their cache slots may hold anything).
   FP8ATTN_DEVICE static void load_kv(const FwdParams& p, const BlockCtx& c, int tile, uint8_t* sK, uint8_t* sV) {
-    const uint8_t* kbase = static_cast<const uint8_t*>(p.k) + static_cast<int64_t>(c.hkv) * p.k_head_stride;
-    const uint8_t* vbase = static_cast<const uint8_t*>(p.v) + static_cast<int64_t>(c.hkv) * p.v_head_stride;
-    for (int i = threadIdx.x; i < kBN * Policy::kChunks; i += kThreads) {
-      const int r = i / Policy::kChunks, ch = i % Policy::kChunks;
-      const int32_t key = tile * kBN + r;
-      const bool ok = key < c.seq.k_len;
-      const int64_t koff = ok ? c.seq.key_offset(p, key, false) : 0;
-      const int64_t voff = ok ? c.seq.key_offset(p, key, true) : 0;
-      Tile::copy16(sK + Tile::k_row(r) * Policy::kRowStride + ch * 16, kbase + koff + ch * 16, ok);
-      Tile::copy16(sV + r * Policy::kRowStride + ch * 16, vbase + voff + ch * 16, ok);
-    }
+    for_kv_chunks<kBN, Policy::kChunks, kThreads>(p, c, tile, [&](int r, int ch, const uint8_t* k, const uint8_t* v, bool ok) {
+      Tile::copy16(sK + Tile::k_row(r) * Policy::kRowStride + ch * 16, k, ok);
+      Tile::copy16(sV + r * Policy::kRowStride + ch * 16, v, ok);
+    });
   }
 
   // Vraw [key][d] -> Vt [d][key] in 4x4 byte blocks (lane -> 4-key block kb, 16-d chunk dc).
@@ -155,41 +209,24 @@ struct FwdPipeline {
   }
 
   // ---- one KV tile --------------------------------------------------------------------------
-  // qrow[ri] / logits[ri]: the thread's rows. need_mask: this tile has invisible elements.
-  FP8ATTN_DEVICE static void step(const BlockCtx& c, int tile, bool need_mask, const int32_t qrow[kR],
-                                  const LogitsTransform logits[kR], const typename Policy::PQuant& pq,
-                                  const uint8_t* sQ, const uint8_t* sK, const uint8_t* sVt,
-                                  FwdState<Policy>& st) {
+  // need_mask: this tile has invisible elements (the rows' keys: the thread's row intervals).
+  FP8ATTN_DEVICE static void step(int tile, bool need_mask, const LogitsTransform (&logits)[kR],
+                                  const RowKeys<Problem::kHasMask> (&keys)[kR], const typename Policy::PQuant& pq,
+                                  const uint8_t* sQ, const uint8_t* sK, const uint8_t* sVt, FwdState<Policy>& st) {
     const int warp = threadIdx.x / Tile::kWarpSize, lane = threadIdx.x % Tile::kWarpSize;
     // S = Q . K^T
     float s[Tile::kSElems];
     Tile::template qk<Policy>(s, sQ, sK, warp, lane);
 
-    // logits, mask, row max
-    constexpr float kNegInf = -INFINITY;
-    float mx[kR];
-#pragma unroll
-    for (int ri = 0; ri < kR; ++ri) mx[ri] = kNegInf;
-#pragma unroll
-    for (int i = 0; i < Tile::kSElems; ++i) {
-      const int ri = Tile::s_row(i);
-      float x = logits[ri](s[i]);
-      if (need_mask) {
-        const int32_t key = tile * kBN + Tile::s_key(lane, i);
-        const bool vis = Problem::kHasMask ? c.mask.visible(qrow[ri], key) : key < c.seq.k_len;
-        x = vis ? x : kNegInf;
-      }
-      s[i] = x;
-      mx[ri] = fmaxf(mx[ri], x);
-    }
-    float alpha[kR], m_use[kR];
+    // logits, mask, row max, the online-softmax update
+    float mx[kR], alpha[kR], offset[kR];
+    softmax_scores<Tile, false>(s, logits, need_mask, tile * kBN + Tile::s_key_base(lane), keys, mx);
 #pragma unroll
     for (int ri = 0; ri < kR; ++ri) {
-      mx[ri] = Tile::row_max(mx[ri]);
-      const float m_new = fmaxf(st.m[ri], mx[ri]);
-      m_use[ri] = m_new == kNegInf ? 0.f : m_new;  // nothing visible yet: p = 0, alpha = 0 (acc, l are 0)
-      alpha[ri] = exp2f(st.m[ri] - m_use[ri]);
-      st.m[ri] = m_new;
+      const RowUpdate u = softmax_update(st.m[ri], Tile::row_max(mx[ri]), Exp2Precise{});
+      st.m[ri] = u.m;
+      offset[ri] = u.offset;
+      alpha[ri] = u.alpha;
     }
 
     // P quantization into the P.V operand words; l
@@ -202,7 +239,7 @@ struct FwdPipeline {
       const int ri = Tile::p_row(w);
       float pv[4], v8[4];
 #pragma unroll
-      for (int b = 0; b < 4; ++b) pv[b] = exp2f(s[Tile::p_src(w, b)] - m_use[ri]);
+      for (int b = 0; b < 4; ++b) pv[b] = exp2f(s[Tile::p_src(w, b)] - offset[ri]);
       pa[w] = pq.quantize4(pv, v8);
       lsum[ri] += (v8[0] + v8[1]) + (v8[2] + v8[3]);
     }
@@ -219,13 +256,16 @@ struct FwdPipeline {
   }
 
   // ---- the loop ------------------------------------------------------------------------------
-  FP8ATTN_DEVICE static void run(const FwdParams& p, const BlockCtx& c, const int32_t qrow[kR],
-                                 const LogitsTransform logits[kR], const typename Policy::PQuant& pq, uint8_t* smem,
-                                 FwdState<Policy>& st) {
+  FP8ATTN_DEVICE static void run(const FwdParams& p, const BlockCtx& c, const typename Policy::PQuant& pq,
+                                 uint8_t* smem, FwdState<Policy>& st) {
     uint8_t* sQ = smem + Policy::kOffQ;
     uint8_t* sK = smem + Policy::kOffK;
     uint8_t* sV = smem + Policy::kOffV;
     uint8_t* sVt = smem + Policy::kOffVt;
+    ThreadRows<Tile> rows;
+    rows.init(p, c, threadIdx.x / Tile::kWarpSize, threadIdx.x % Tile::kWarpSize);
+    RowKeys<Problem::kHasMask> keys[kR];
+    rows.keys(c, keys);
     if (c.tile_begin < c.tile_end) load_kv(p, c, c.tile_begin, sK, sV);
     Tile::copy_commit();
     for (int tile = c.tile_begin; tile < c.tile_end; ++tile) {
@@ -242,10 +282,8 @@ struct FwdPipeline {
         load_kv(p, c, tile + 1, sK + (stage ^ 1) * Policy::kKVBytes, sV + (stage ^ 1) * Policy::kKVBytes);
       Tile::copy_commit();
       __syncthreads();  // Vt complete
-      const int k0 = tile * kBN;
-      const bool need_mask = Problem::kHasMask ? !c.mask.tile_fully_visible(c.qrow0, c.qrow1, k0, k0 + kBN)
-                                               : k0 + kBN > c.seq.k_len;
-      step(c, tile, need_mask, qrow, logits, pq, sQ, sK + stage * Policy::kKVBytes, sVt, st);
+      step(tile, kv_tile_needs_mask<Problem, kBN>(c, tile), rows.logits, keys, pq, sQ, sK + stage * Policy::kKVBytes,
+           sVt, st);
     }
   }
 };

@@ -41,26 +41,11 @@
 
 #include "../arch/nv_tma.h"
 #include "../arch/nv_wgmma.h"
-#include "../trace.h"
 #include "decode_config.h"
 #include "kernel.h"
 #include "pipeline_f16.h"
 
 namespace fp8attn {
-
-namespace nv {
-// Transposes the 8x8 b16 matrix whose fragment (lane g, t: row g, columns 2t, 2t+1) is x.
-FP8ATTN_DEVICE uint32_t movmatrix_trans(uint32_t x) {
-  uint32_t r;
-  asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;\n" : "=r"(r) : "r"(x));
-  return r;
-}
-// The fp8 codes in bytes (sel & 0xf, sel >> 4) of x -> f16x2 (exact).
-template <Fp8Kind K>
-FP8ATTN_DEVICE uint32_t fp8_pair_to_half2(uint32_t x, uint32_t sel) {
-  return fp8x2_lo_to_half2<K>(__byte_perm(x, 0u, sel));
-}
-}  // namespace nv
 
 // The rows a decode lane owns: slot ri = 2n + e is packed row 8n + 2t + e, the same in every warp
 // (the kernel's ThreadRows computes their heads / logits transforms from this).
@@ -70,6 +55,16 @@ struct DecodeRows {
   static constexpr int kRowsPerWarp = 0;
   static constexpr float kInvProductScale = 1.f;
   FP8ATTN_DEVICE static int row_in_warp(int lane, int ri) { return 8 * (ri / 2) + 2 * (lane % 4) + ri % 2; }
+};
+
+// The S^T accumulator s[n][i] of a decode lane, flattened (e = 4n + i), as the online softmax reads
+// it (softmax.h): row slot 2n + (i & 1), key 16 warp + g + 8 (i >> 1) of the tile.
+template <int kRowTiles>
+struct DecodeSLayout {
+  static constexpr int kSElems = 4 * kRowTiles;
+  static constexpr int kRows = 2 * kRowTiles;
+  FP8ATTN_HD static constexpr int s_row(int e) { return 2 * (e >> 2) + (e & 1); }
+  FP8ATTN_HD static constexpr int s_key_off(int e) { return 8 * ((e & 3) >> 1); }
 };
 
 static_assert(kDecodeMaxSplits == kMaxSplits, "decode_config.h: the combine kernel's split limit");
@@ -108,7 +103,6 @@ struct FwdPolicyNvDecode {
   static constexpr int kSumBytes = 4 * (kWarps * kBlockM * kOStride + kWarps * kBlockM + kBlockM);
   static constexpr int kRingBytes = kStages * kStageBytes > kSumBytes ? kStages * kStageBytes : kSumBytes;
   static constexpr int kSmemBytes = kOffRing + kRingBytes;
-  static constexpr int kMT = 1;  // (FwdPipelineNvF16, whose q loader this pipeline uses, reads it)
   static constexpr Fp8Kind kFp8 = Problem::kFp8;
   using PQuant = nv::PQuant<Problem::kFp8>;
   using Tile = nv::Sm89Tile<Problem::kFp8>;  // the accumulator layout handed to the epilogue
@@ -124,17 +118,13 @@ struct FwdPipelineNvDecode {
   static constexpr int kStages = Policy::kStages;
   static constexpr int kKW = Policy::kKeysPerWarp;
   static constexpr Fp8Kind kFp8 = Problem::kFp8;
-  using F16 = FwdPipelineNvF16<Problem, Policy>;  // q loader (Q16 rows) and P quantizer
+  using SL = DecodeSLayout<kNR>;
 
   // Q is loaded by run, after the first KV tiles are requested.
   FP8ATTN_DEVICE static void load_q(const FwdParams&, const BlockCtx&, uint8_t*) {}
   FP8ATTN_DEVICE static void prepare(uint8_t*) {}
 
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  static constexpr bool kBulk = true;
-#else
-  static constexpr bool kBulk = false;
-#endif
+  static constexpr bool kBulk = nv::kBulkCopy;
 
   // This warp's 16 keys of KV tile `tile` into `stage` (keys at or past k_len are zeros: P is 0
   // there, and V must be finite). sm_90: when the 16 keys are valid and the cache has tensor maps
@@ -196,10 +186,10 @@ struct FwdPipelineNvDecode {
 
   // One KV tile for this warp's 16 keys: S^T, the tile's row max (shared with the other warps
   // through sRed: the block barrier), P8, l and O^T.
-  FP8ATTN_DEVICE static void step(const BlockCtx& c, int tile, bool need_mask, const int32_t qrow[kR],
-                                  const LogitsTransform logits[kR], float inv_p_scale, const uint8_t* sQ,
-                                  const uint8_t* stage, float* sRed, float acc[kNR][kChunks][4], float lacc[kNR][4],
-                                  float m[kR]) {
+  FP8ATTN_DEVICE static void step(int tile, bool need_mask, const LogitsTransform (&logits)[kR],
+                                  const RowKeys<Problem::kHasMask> (&keys)[kR], const typename Policy::PQuant& pq,
+                                  const uint8_t* sQ, const uint8_t* stage, float* sRed, float acc[kNR][kChunks][4],
+                                  float lacc[kNR][4], float m[kR]) {
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
     const uint8_t* sK = stage + kKW * warp * Policy::kRowStride;
     const uint8_t* sV = sK + kBN * Policy::kRowStride;
@@ -232,42 +222,15 @@ struct FwdPipelineNvDecode {
       }
     }
 
-    // logits (the softcap branch hoisted out of the element loop), mask, row max over the warp's
-    // keys, then over the 4 warps. Element (n, i): row slot 2n + (i & 1), key 16 warp + g + 8 (i >> 1).
-    if (logits[0].has_softcap) {
-#pragma unroll
-      for (int n = 0; n < kNR; ++n)
-#pragma unroll
-        for (int i = 0; i < 4; ++i) s[n][i] = logits[2 * n + (i & 1)](s[n][i]);
-    } else {
-#pragma unroll
-      for (int n = 0; n < kNR; ++n)
-#pragma unroll
-        for (int i = 0; i < 4; ++i) s[n][i] *= logits[2 * n + (i & 1)].scale_log2;
-    }
-    constexpr float kNegInf = -INFINITY;
+    // logits, mask, row max over the warp's keys (softmax.h), then over the 4 warps
     float mx[kR];
-#pragma unroll
-    for (int ri = 0; ri < kR; ++ri) mx[ri] = kNegInf;
-#pragma unroll
-    for (int n = 0; n < kNR; ++n)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int ri = 2 * n + (i & 1);
-        float x = s[n][i];
-        if (need_mask) {
-          const int32_t key = tile * kBN + kKW * warp + g + 8 * (i >> 1);
-          const bool vis = Problem::kHasMask ? c.mask.visible(qrow[ri], key) : key < c.seq.k_len;
-          x = vis ? x : kNegInf;
-        }
-        s[n][i] = x;
-        mx[ri] = fmaxf(mx[ri], x);
-      }
+    softmax_scores<SL, true>(reinterpret_cast<float(&)[SL::kSElems]>(s), logits, need_mask, tile * kBN + kKW * warp + g,
+                       keys, mx);
     float* red = sRed + (tile & 1) * 4 * 16;  // [warp][row]; two buffers: one barrier per tile
 #pragma unroll
     for (int ri = 0; ri < kR; ++ri)
 #pragma unroll
-      for (int x = 4; x < 32; x *= 2) mx[ri] = fmaxf(mx[ri], __shfl_xor_sync(0xffffffffu, mx[ri], x));
+      for (int x = 4; x < 32; x *= 2) mx[ri] = max_nan(mx[ri], nv::shfl_xor(mx[ri], x));
     if (g == 0) {
 #pragma unroll
       for (int n = 0; n < kNR; ++n)
@@ -279,18 +242,18 @@ struct FwdPipelineNvDecode {
 #pragma unroll
       for (int n = 0; n < kNR; ++n) {
         const float2 v = *reinterpret_cast<const float2*>(red + 16 * w + 8 * n + 2 * t);
-        mx[2 * n] = fmaxf(mx[2 * n], v.x);
-        mx[2 * n + 1] = fmaxf(mx[2 * n + 1], v.y);
+        mx[2 * n] = max_nan(mx[2 * n], v.x);
+        mx[2 * n + 1] = max_nan(mx[2 * n + 1], v.y);
       }
-    float alpha[kR], m_use[kR];
+    float alpha[kR], offset[kR];
     bool moved = false;
 #pragma unroll
     for (int ri = 0; ri < kR; ++ri) {
-      const float m_new = fmaxf(m[ri], mx[ri]);
-      m_use[ri] = m_new == kNegInf ? 0.f : m_new;  // nothing visible yet: p = 0, alpha = 0 (acc, l are 0)
-      alpha[ri] = nv::exp2_approx(m[ri] - m_use[ri]);
-      m[ri] = m_new;
-      moved |= alpha[ri] != 1.f;
+      const RowUpdate u = softmax_update(m[ri], mx[ri], nv::Exp2Approx{});
+      m[ri] = u.m;
+      offset[ri] = u.offset;
+      alpha[ri] = u.alpha;
+      moved |= needs_rescale(alpha[ri]);
     }
     if (__any_sync(0xffffffffu, moved)) {  // rescaling by 1 changes nothing: skip it when no row moved
 #pragma unroll
@@ -311,8 +274,8 @@ struct FwdPipelineNvDecode {
     for (int n = 0; n < kNR; ++n) {
 #pragma unroll
       for (int h = 0; h < 2; ++h)
-        pb[n][h] = nv::movmatrix_trans(F16::quant2(nv::exp2_approx(s[n][2 * h] - m_use[2 * n]),
-                                                   nv::exp2_approx(s[n][2 * h + 1] - m_use[2 * n + 1]), inv_p_scale));
+        pb[n][h] = nv::movmatrix_trans(pq.quantize2_f16(nv::exp2_approx(s[n][2 * h] - offset[2 * n]),
+                                                        nv::exp2_approx(s[n][2 * h + 1] - offset[2 * n + 1])));
       nv::MmaF16::mma(lacc[n], ones, pb[n]);
     }
 #pragma unroll
@@ -331,7 +294,7 @@ struct FwdPipelineNvDecode {
   }
 
   // The warps' partial O^T / l -> their sum in warp 0's FwdState (rows g, g + 8; columns 8j + 2t),
-  // summed in warp order like FwdPipelineNvF16's split-N policy.
+  // summed in warp order.
   FP8ATTN_DEVICE static void reduce(uint8_t* ring, const float acc[kNR][kChunks][4], const float lacc[kNR][4],
                                     const float m[kR], FwdState<Policy>& st) {
     constexpr int kM = Policy::kBlockM, kS = Policy::kOStride;
@@ -372,15 +335,15 @@ struct FwdPipelineNvDecode {
         st.acc[j][2 * ri + 1] = o.y;
       }
       const float l = ((sL[r] + sL[kM + r]) + sL[2 * kM + r]) + sL[3 * kM + r];
-      st.l[ri] = 0.25f * l;  // the epilogue sums the quad's four copies (exact: a power of two)
+      st.l[ri] = quad_share(l);  // (every lane of the quad holds it)
       st.m[ri] = sM[r];
     }
   }
 
-  // The kernel's per-thread rows (qrow, logits) follow Sm89Tile's m16 rows; this pipeline's lanes
-  // own other rows (DecodeRows) and derive their own.
-  FP8ATTN_DEVICE static void run(const FwdParams& p, const BlockCtx& c, const int32_t*, const LogitsTransform*,
-                                 const typename Policy::PQuant& pq, uint8_t* smem, FwdState<Policy>& st) {
+  // This pipeline's lanes own other rows in the loop (DecodeRows) than in st (Sm89Tile's m16 rows,
+  // after reduce).
+  FP8ATTN_DEVICE static void run(const FwdParams& p, const BlockCtx& c, const typename Policy::PQuant& pq,
+                                 uint8_t* smem, FwdState<Policy>& st) {
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const uint8_t* sQ = smem + Policy::kOffQ;
     float* sRed = reinterpret_cast<float*>(smem + Policy::kOffRed);
@@ -411,9 +374,11 @@ struct FwdPipelineNvDecode {
       nv::cp_async_commit();
     }
     FP8ATTN_TRACE(kTraceDecodeFirstIssued);
-    F16::load_q(p, c, smem);  // its latency overlaps the first tiles'
+    load_q16<Problem, Policy>(p, c, smem);  // its latency overlaps the first tiles'
     ThreadRows<DecodeRows<kNR>> rows;
     rows.init(p, c, warp, lane);
+    RowKeys<Problem::kHasMask> keys[kR];
+    rows.keys(c, keys);
 
     float acc[kNR][kChunks][4], lacc[kNR][4], m[kR];
 #pragma unroll
@@ -440,10 +405,7 @@ struct FwdPipelineNvDecode {
         nv::cp_async_wait<kStages - 1>();
       FP8ATTN_TRACE(kTraceDecodeLanded);
       __syncwarp();  // the warp's copies (and zero rows) of this tile are visible to all its lanes
-      const int k0 = tile * kBN;
-      const bool need_mask = Problem::kHasMask ? !c.mask.tile_fully_visible(c.qrow0, c.qrow1, k0, k0 + kBN)
-                                               : k0 + kBN > c.seq.k_len;
-      step(c, tile, need_mask, rows.qrow, rows.logits, pq.inv_p_scale, sQ, stage, sRed, acc, lacc, m);
+      step(tile, kv_tile_needs_mask<Problem, kBN>(c, tile), rows.logits, keys, pq, sQ, stage, sRed, acc, lacc, m);
       FP8ATTN_TRACE(kTraceDecodeStepped);
       __syncwarp();  // every lane is done with the slot before it is refilled
       if constexpr (kBulk) nv::fence_proxy_async();  // ... by the async proxy

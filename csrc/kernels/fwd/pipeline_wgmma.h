@@ -27,7 +27,6 @@
 #include <cmath>
 #include <cstdint>
 
-#include "../trace.h"
 #include "pipeline.h"
 #include "policy_wgmma.h"
 
@@ -347,9 +346,10 @@ struct FwdPipelineNvWgmma {
   // One KV tile for the thread's two rows: s (the S accumulator) -> P8 A fragments pa and the
   // online-softmax update of st.m; alpha = the factor acc and l must be rescaled by before this
   // tile's P.V is added. Element 4j + i: row slot i >> 1, key 8j + 2t + (i & 1).
-  FP8ATTN_DEVICE static void softmax(float (&s)[kSElems], int tile, bool need_mask, const int32_t lo[2], const int32_t hi[2],
-                                     const LogitsTransform logits[2], const PQuant& pq, int t, FwdState<Policy>& st,
-                                     float alpha[2], uint32_t (&pa)[kPWords]) {
+  FP8ATTN_DEVICE static void softmax(float (&s)[kSElems], int tile, bool need_mask,
+                                     const RowKeys<Problem::kHasMask> (&keys)[2], const LogitsTransform logits[2],
+                                     const PQuant& pq, int t, FwdState<Policy>& st, float alpha[2],
+                                     uint32_t (&pa)[kPWords]) {
     constexpr float kNegInf = -INFINITY;
     // Without softcap the logit scale is folded into the exponent's FMA (the max commutes with a
     // positive scale); with softcap s is transformed first.
@@ -371,23 +371,20 @@ struct FwdPipelineNvWgmma {
       for (int e = 0; e < kSElems; ++e) {
         const int ri = (e & 3) >> 1;
         const int32_t key = tile * kBN + 8 * (e >> 2) + 2 * t + (e & 1);
-        s[e] = (key >= lo[ri] && key < hi[ri]) ? s[e] : kNegInf;
+        s[e] = keys[ri].contains(key) ? s[e] : kNegInf;
       }
     }
 #pragma unroll
-    for (int e = 0; e < kSElems; ++e) mx[(e & 3) >> 1] = fmaxf(mx[(e & 3) >> 1], s[e]);
+    for (int e = 0; e < kSElems; ++e) mx[(e & 3) >> 1] = max_nan(mx[(e & 3) >> 1], s[e]);
     // 1 / p_scale enters the exponent: one FMA per element instead of an FMA and a multiply.
     const float log2_inv_p_scale = __log2f(pq.inv_p_scale);
     float neg_m[2];
 #pragma unroll
     for (int ri = 0; ri < 2; ++ri) {
-      mx[ri] = fmaxf(mx[ri], __shfl_xor_sync(0xffffffffu, mx[ri], 1));
-      mx[ri] = fmaxf(mx[ri], __shfl_xor_sync(0xffffffffu, mx[ri], 2));
-      const float m_new = fmaxf(st.m[ri], mx[ri] * sc[ri]);
-      const float m_use = m_new == kNegInf ? 0.f : m_new;  // nothing visible yet: p = 0, alpha = 0 (acc, l are 0)
-      alpha[ri] = nv::exp2_approx(st.m[ri] - m_use);
-      neg_m[ri] = log2_inv_p_scale - m_use;
-      st.m[ri] = m_new;
+      const RowUpdate u = softmax_update(st.m[ri], Tile::row_max(mx[ri]) * sc[ri], nv::Exp2Approx{});
+      alpha[ri] = u.alpha;
+      neg_m[ri] = log2_inv_p_scale - u.offset;
+      st.m[ri] = u.m;
     }
     // A register r of 32-key step kk: row slot r & 1, S blocks j = 4kk + 2(r >> 1) and j + 1.
 #pragma unroll
@@ -397,13 +394,13 @@ struct FwdPipelineNvWgmma {
                             nv::exp2_approx(fmaf(s[4 * j + 2 * ri + 1], sc[ri], neg_m[ri])),
                             nv::exp2_approx(fmaf(s[4 * (j + 1) + 2 * ri], sc[ri], neg_m[ri])),
                             nv::exp2_approx(fmaf(s[4 * (j + 1) + 2 * ri + 1], sc[ri], neg_m[ri]))};
-      pa[w] = pq.codes4_scaled(pin);
+      pa[w] = pq.quantize4_scaled(pin);
     }
   }
 
   // acc, l *= alpha, skipped when it is exactly 1 for the whole warp (the row maxima settled).
   FP8ATTN_DEVICE static void rescale(const float alpha[2], FwdState<Policy>& st) {
-    if (__all_sync(0xffffffffu, alpha[0] == 1.f && alpha[1] == 1.f)) return;
+    if (!__any_sync(0xffffffffu, needs_rescale(alpha[0]) || needs_rescale(alpha[1]))) return;
 #pragma unroll
     for (int n = 0; n < Policy::kNTilesO; ++n) {
       st.acc[n][0] *= alpha[0];
@@ -485,22 +482,9 @@ struct FwdPipelineNvWgmma {
     FP8ATTN_DEVICE void item(const FwdParams& p, const BlockCtx& c, const ThreadRows<Tile>& tr, const PQuant& pq,
                              uint8_t* smem, Barriers* bars, FwdState<Policy>& st) {
       const int t = threadIdx.x % 4;
-      int32_t lo[2], hi[2];
-#pragma unroll
-      for (int ri = 0; ri < 2; ++ri) {
-        int64_t l = 0, h = c.seq.k_len;
-        if (Problem::kHasMask) {
-          const int64_t base = static_cast<int64_t>(tr.qrow[ri]) + c.mask.shift;
-          if (c.mask.left >= 0) l = base - c.mask.left > 0 ? base - c.mask.left : 0;
-          if (c.mask.right >= 0) h = base + c.mask.right + 1 < h ? base + c.mask.right + 1 : h;
-        }
-        lo[ri] = static_cast<int32_t>(l < c.seq.k_len ? l : c.seq.k_len);
-        hi[ri] = static_cast<int32_t>(h > lo[ri] ? h : lo[ri]);
-      }
-      const auto need_mask = [&](int tile) {
-        const int k0 = tile * kBN;
-        return Problem::kHasMask ? !c.mask.tile_fully_visible(c.qrow0, c.qrow1, k0, k0 + kBN) : k0 + kBN > c.seq.k_len;
-      };
+      RowKeys<Problem::kHasMask> keys[2];
+      tr.keys(c, keys);
+      const auto need_mask = [&](int tile) { return kv_tile_needs_mask<Problem, kBN>(c, tile); };
       qs = qn & 1;
       const uint64_t dq = QK::desc(q_buf(smem, qs), Policy::kBlockM, 64 * wg, 0);
       float s[kSElems], lt[4];
@@ -519,7 +503,7 @@ struct FwdPipelineNvWgmma {
         nv::wgmma_fence();
         issue_qk(s, dq, slot);
         nv::wgmma_wait<0>();
-        softmax(s, c.tile_begin, need_mask(c.tile_begin), lo, hi, tr.logits, pq, t, st, alpha, pa);
+        softmax(s, c.tile_begin, need_mask(c.tile_begin), keys, tr.logits, pq, t, st, alpha, pa);
         // (acc and l are 0: no rescale before the first tile)
 #pragma unroll 1
         for (int tile = c.tile_begin + 1; tile < c.tile_end; ++tile) {
@@ -538,7 +522,7 @@ struct FwdPipelineNvWgmma {
           nv::fence_operands(acc);
           nv::wgmma_wait<1>();  // S of the next tile (P.V of this one stays in flight)
           uint32_t pn[kPWords];
-          softmax(s, tile, need_mask(tile), lo, hi, tr.logits, pq, t, st, alpha, pn);
+          softmax(s, tile, need_mask(tile), keys, tr.logits, pq, t, st, alpha, pn);
           // The softmax's results pinned before the wait (in NVVM; ptxas still schedules the wait
           // first, see above).
           nv::fence_operands(pn);
@@ -568,10 +552,8 @@ struct FwdPipelineNvWgmma {
         ++g;
       }
       FP8ATTN_TRACE(kTraceConsumerLoopDone);
-      // Every lane of a quad holds the whole row sum; the epilogue sums the quad (Tile::row_sum),
-      // so hand it a quarter (exact: a power of two).
-      st.l[0] *= 0.25f;
-      st.l[1] *= 0.25f;
+      st.l[0] = quad_share(st.l[0]);  // (every lane of a quad holds the whole row sum)
+      st.l[1] = quad_share(st.l[1]);
     }
     // After the epilogue, which may stage the output in the warpgroup's rows of the Q buffer.
     FP8ATTN_DEVICE void release_q(Barriers* bars) const { nv::mbar_arrive(&bars->q_empty[qs]); }

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <cmath>
 
+#include "../arch/scalar.h"
 #include "../common.h"
 #include "../params.h"
 
@@ -47,14 +48,6 @@ FP8ATTN_HD float bits_f32(uint32_t u) {
   return x;
 }
 
-// Round-to-nearest-even of a non-negative float that fits an int (default FP rounding mode).
-FP8ATTN_HD float round_even(float x) {
-#if FP8ATTN_DEVICE_PASS
-  return rintf(x);
-#else
-  return std::nearbyint(x);
-#endif
-}
 
 // Saturating, round-to-nearest-even float -> e4m3 encode (software; the reference for hardware).
 template <Fp8Kind K>
@@ -98,17 +91,28 @@ FP8ATTN_HD float fp8_max() {
   return Fp8Traits<K>::kMax;
 }
 
-// Software quantization of 4 values (the atoms' P path where no hardware conversion writes kind K):
-// the codes of sat(x[i] * inv_scale) packed little-endian (byte i = x[i]), their values in xq.
+// Software conversion of 4 values: the codes of sat(x[i]) packed little-endian (byte i = x[i]),
+// their values in xq. What PQuantize uses where no hardware conversion writes kind K (the arch
+// atoms' Fp8Cvt fall back to it).
 template <Fp8Kind K>
-FP8ATTN_HD uint32_t fp8_quantize4(const float x[4], float inv_scale, float xq[4]) {
+FP8ATTN_HD uint32_t fp8_encode4(const float x[4], float xq[4]) {
   uint32_t r = 0;
   for (int i = 0; i < 4; ++i) {
-    const uint8_t c = fp8_encode<K>(x[i] * inv_scale);
+    const uint8_t c = fp8_encode<K>(x[i]);
     xq[i] = fp8_decode<K>(c);
     r |= static_cast<uint32_t>(c) << (8 * i);
   }
   return r;
 }
+
+// The software conversions of kind K as PQuantize's converter (the host's; arch/ has the others).
+template <Fp8Kind K>
+struct Fp8SoftCvt {
+  FP8ATTN_HD static uint32_t encode4(const float x[4], float xq[4]) { return fp8_encode4<K>(x, xq); }
+  FP8ATTN_HD static uint32_t encode4(const float x[4]) {
+    float xq[4];
+    return fp8_encode4<K>(x, xq);
+  }
+};
 
 }  // namespace fp8attn
