@@ -53,7 +53,7 @@ struct EpilogueNvWgmma {
       }
       store_lse(p, c, tr, ri, rs.lse[ri], lane);
     }
-    nv::named_barrier_sync(2 + wg, 128);  // ids 2.. : the producer's transpose uses 1
+    nv::named_barrier_sync(Policy::kBarEpilogue + wg, 128);
     // Row 0 of the kv head's first q head, once (the sequence's offset is a load when varlen); per
     // chunk only its row and its head within the group.
     uint8_t* const out0 = static_cast<uint8_t*>(p.out) + out_offset(p, c.b, 0, c.hkv * c.group);

@@ -272,7 +272,7 @@ struct FwdPipelineNvWgmma {
         nv::mbar_arrive(&bars->k_full[s]);
         // Every producer's copies of the tile landed. (The previous transpose of the slot is done
         // everywhere: the consumers released the slot after its v_full.)
-        nv::named_barrier_sync(1, 128);
+        nv::named_barrier_sync(Policy::kBarTranspose, 128);
       }
       FP8ATTN_TRACE(kTraceProducerBarrier);
       transpose_v(s);

@@ -46,6 +46,12 @@ struct FwdPolicyNvWgmma {
   static constexpr int kConsumers = kConsumers_;  // consumer warpgroups
   static_assert(kConsumers == 2 || kConsumers == 3, "wgmma pipeline: two or three consumer warpgroups");
   static constexpr int kThreads = 128 * (1 + kConsumers);
+  // Named barriers of the block (0 is __syncthreads), 128 threads each: the producer warpgroup's V
+  // transpose, each consumer warpgroup's staged epilogue, the producer's work-item fetch.
+  static constexpr int kBarTranspose = 1;
+  static constexpr int kBarEpilogue = 2;  // + the consumer warpgroup
+  static constexpr int kBarItemFetch = kBarEpilogue + kConsumers;
+  static_assert(kBarItemFetch < 16, "a block has 16 named barriers");
   static constexpr int kBlockM = 64 * kConsumers;
   static constexpr int kBlockN = kKvTile;
   static_assert(kBlockN == 64 || (kBlockN == 128 && kD <= 128), "wgmma pipeline: 64-key tiles, or 128 at D <= 128");
