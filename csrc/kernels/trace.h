@@ -1,8 +1,8 @@
 // Event-trace hooks of the GPU pipelines. FP8ATTN_TRACE(event) compiles to nothing unless the
 // translation unit defines it before including the kernels: the standalone checks do when built
-// with -DFP8ATTN_EVENT_TRACE (tests/gpu/standalone/event_trace.h records a timestamp per warp
+// with -DFP8ATTN_EVENT_TRACE (lab/standalone/event_trace.h records a timestamp per warp
 // leader). Such traces located the wgmma epilogue's and the decode copies' costs
-// (docs/hopper-wgmma.md, docs/gpu-kernels.md).
+// (lab/hopper-wgmma-diary.md).
 #pragma once
 
 namespace fp8attn {
@@ -42,7 +42,7 @@ enum TraceEvent : int {
 };
 
 // Short names for the cycle accounting of the standalone checks (event_stats.h; the event trace prints ids,
-// which scripts/trace_summary.py names from this enum).
+// which lab/scripts/trace_summary.py names from this enum).
 inline const char* trace_event_name(int e) {
   switch (e) {
     case kTraceKernelStart: return "kernel start";

@@ -2,7 +2,7 @@
 // converted to e4m3 codes by the hardware conversion, staged in the warpgroup's own 64 rows of the
 // Q buffer (free once its last S = Q.K^T has retired), and written with 16-byte coalesced stores.
 // The per-element byte stores of store_rows (kernel.h) took ~15k cycles per work item at D = 128,
-// a third of a short causal item (docs/hopper-wgmma.md). Other outputs take store_rows.
+// a third of a short causal item (docs/hopper-pipeline.md). Other outputs take store_rows.
 #pragma once
 #include <cstdint>
 
