@@ -119,9 +119,17 @@ elseif(FP8ATTN_GPU STREQUAL "rocm")
   else()
     set(FP8ATTN_ROCM_PATH /opt/rocm)
   endif()
-  # The host-only dispatch (dispatch.cpp and the generated table: no CUDA, unchanged by hipify).
-  set(FP8ATTN_GPU_SOURCES ${FP8ATTN_HIP_ENTRY} ${FP8ATTN_HIP_SOURCES}
-    ${FP8ATTN_HIP_STAGE}/csrc/kernels/fwd/dispatch.cpp ${FP8ATTN_HIP_STAGE}/gen/fwd_table.cpp)
+  # The host-only dispatch (dispatch.cpp and the generated table, compiled as C++): hipify gives
+  # them *_hip.cpp twins that include the hipified headers, as the launchers do.
+  set(FP8ATTN_HIP_HOST "")
+  foreach(src csrc/kernels/fwd/dispatch gen/fwd_table)
+    if(EXISTS ${FP8ATTN_HIP_STAGE}/${src}_hip.cpp)
+      list(APPEND FP8ATTN_HIP_HOST ${FP8ATTN_HIP_STAGE}/${src}_hip.cpp)
+    else()
+      list(APPEND FP8ATTN_HIP_HOST ${FP8ATTN_HIP_STAGE}/${src}.cpp)
+    endif()
+  endforeach()
+  set(FP8ATTN_GPU_SOURCES ${FP8ATTN_HIP_ENTRY} ${FP8ATTN_HIP_SOURCES} ${FP8ATTN_HIP_HOST})
   set(FP8ATTN_GPU_INCLUDES ${FP8ATTN_HIP_STAGE}/csrc ${FP8ATTN_HIP_STAGE} ${FP8ATTN_ROCM_PATH}/include)
   set(FP8ATTN_GPU_DEFINES FP8ATTN_WITH_CUDA=1 USE_ROCM=1 __HIP_PLATFORM_AMD__=1)
 endif()
