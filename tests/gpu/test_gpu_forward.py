@@ -365,6 +365,8 @@ def test_kernel_names_by_shape():
     (csrc/kernels/generate.py TARGETS), or FP8ATTN_PIPELINE's where it serves the call."""
     need_dim(128)
     pref = os.environ.get("FP8ATTN_PIPELINE")
+    if pref and pref not in ("f16", "fp8mma"):
+        pytest.skip(f"FP8ATTN_PIPELINE={pref}: its kernels serve only some of these calls")
     cc = torch.cuda.get_device_capability()
     dec, dkw = make_case(layout="paged", Sq=1, Sk=517, H=32, Hkv=8, causal=True, seed=6)  # 4 packed rows
     dec16, d16kw = make_case(layout="paged", Sq=4, Sk=517, H=32, Hkv=8, causal=True, seed=7)  # 16
@@ -373,7 +375,7 @@ def test_kernel_names_by_shape():
     if torch.version.hip:
         assert all(n.startswith("fwd_mfma_hd128_") for n in names), names
     elif pref:
-        assert all(n.startswith(f"fwd_{pref}") for n in names), names  # (f16 / fp8mma serve every call)
+        assert all(n.startswith(f"fwd_{pref}_") for n in names), names  # (they serve every call)
     elif cc == (8, 9):
         assert all(n.startswith("fwd_fp8mma_hd128_") for n in names), names
     else:
