@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Compile-check the GPU kernel library with nvcc, without torch: every generated forward instance
-# (or the subset selected by FP8ATTN_HEAD_DIMS / FP8ATTN_FP8_KINDS), the Hopper wgmma family, the
-# dispatch table and the host helpers, for sm_90a and sm_89. Also asserts that the e4m3 mma.sync
+# (or the subset selected by FP8ATTN_HEAD_DIMS / FP8ATTN_FP8_KINDS), the Hopper wgmma kernels, the
+# kernel table, launchers and dispatch, for sm_90a and sm_89. Also asserts that the e4m3 mma.sync
 # atom is what the fn instances use (the PTX must contain mma...e4m3.e4m3), that the wgmma
 # instances issue FP8 wgmma, reports register spills (fails on them in the wgmma instances) and fails on
 # ptxas-serialized wgmma (C7511 / C7513 / C7520 ...). Then the equivalence check of the compiled
@@ -40,7 +40,7 @@ compile() {  # $1 = source
     echo "warning: register spills in $base: $(grep "spill stores" "$work/$base.log" | grep -v " 0 bytes spill" | sort -u | tr -s ' ' | paste -sd';')"
     # The Hopper instances run at their register limits (setmaxnreg budgets): a spill there is a
     # regression of the fast path (issue 4: no spills), not a fallback's warning.
-    case $base in fwd_sm90a_*) echo "FAILED: register spills in the wgmma instance $base"; return 1 ;; esac
+    case $base in fwd_wgmma_*) echo "FAILED: register spills in the wgmma instance $base"; return 1 ;; esac
   fi
   # ptxas info lines, not warnings (C7513, C7514, C7520, ...): every wgmma is then waited for one by
   # one, which silently removes the softmax / P.V overlap -- a performance bug, so it fails the check.
@@ -53,10 +53,10 @@ compile() {  # $1 = source
 export -f compile
 export NVCC flags work
 
-ls "$work"/gen/*.cu csrc/kernels/fwd/api.cu | xargs -P "$JOBS" -I{} bash -c 'compile {}'
+ls "$work"/gen/*.cu "$work"/gen/fwd_table.cpp csrc/kernels/fwd/dispatch.cpp | xargs -P "$JOBS" -I{} bash -c 'compile {}'
 
 # The fn instances must use the native e4m3 mma (PTX of one instance, sm_90a).
-one=$(ls "$work"/gen/fwd_sm89_hd*_e4m3fn_band.cu 2>/dev/null | head -1 || true)
+one=$(ls "$work"/gen/fwd_fp8mma_hd*_e4m3fn_band_kv64.cu 2>/dev/null | head -1 || true)
 if [ -n "$one" ]; then
   "$NVCC" -std=c++17 -O3 -I csrc -arch=compute_90a -ptx "$one" -o "$work/one.ptx"
   grep -q "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32" "$work/one.ptx" || { echo "e4m3 mma missing in $one"; exit 1; }
@@ -64,7 +64,7 @@ if [ -n "$one" ]; then
   echo "ok: e4m3 mma.sync + cvt.rn.satfinite.e4m3x2 present"
 fi
 # The Hopper instances must issue FP8 wgmma (QGMMA) for both products and the l row sums.
-one=$(ls "$work"/gen/fwd_sm90a_hd128_e4m3fn_nomask.cu 2>/dev/null | head -1 || true)
+one=$(ls "$work"/gen/fwd_wgmma_hd128_e4m3fn_nomask_kv64.cu 2>/dev/null | head -1 || true)
 if [ -n "$one" ]; then
   "$NVCC" -std=c++17 -O3 -I csrc -arch=compute_90a -ptx "$one" -o "$work/wg.ptx"
   for shape in m64n64k32 m64n128k32 m64n8k32; do

@@ -99,22 +99,22 @@ rm -rf "$stage" && mkdir -p "$stage"
 cp -r csrc "$stage/csrc"
 python3 csrc/kernels/generate.py --out-dir "$stage/gen" --gpu rocm
 hipified=$(python3 cmake/hipify.py "$stage" 2>/dev/null | tr ';' ' ')
-others=$(for f in $hipified; do case $f in */gen/fwd_gfx9_*) ;; *) echo "$f" ;; esac; done)  # dispatch, api, kv cache
-ls "$stage"/gen/fwd_gfx9_*.hip >/dev/null
+others=$(for f in $hipified; do case $f in */gen/fwd_mfma_*) ;; *) echo "$f" ;; esac; done)  # launchers, kv cache
+ls "$stage"/gen/fwd_mfma_*.hip >/dev/null
 
 # ---- 4. compile every translation unit for every target -------------------------------------------
 flags="-x hip -std=c++17 -O3 --rocm-path=/usr --rocm-device-lib-path=$libs -mcode-object-version=5
   -D__AMDGCN_WAVEFRONT_SIZE=64 -include $work/pre.h -I $stage/csrc -I $stage --offload-device-only -S"
 # Forward instances get a probe with their policy's LDS bytes (dynamic shared memory: not in the
 # kernel descriptor).
-for f in "$stage"/gen/fwd_gfx9_*.hip; do
+for f in "$stage"/gen/fwd_mfma_*.hip; do
   prob=$(grep -o 'FwdProblem<[^>]*>' "$f" | head -1)
   { echo "#include \"$f\""
     echo "namespace fp8attn { extern \"C\" __attribute__((used)) __device__ const int fp8attn_probe_lds ="
     echo "    FwdPolicyFp8<$prob>::kSmemBytes; }"
   } >"${f%.hip}.probe.hip"
 done
-units="$(ls "$stage"/gen/fwd_gfx9_*.probe.hip) $others"
+units="$(ls "$stage"/gen/fwd_mfma_*.probe.hip) $others"
 compile() {  # $1 = unit, $2 = target
   local out=$work/asm/$2/$(basename "$1" .hip).s
   if ! $CLANG $flags --offload-arch="$2" -Xclang -mlink-builtin-bitcode -Xclang "$work/fence_$2.bc" "$1" -o "$out" \
@@ -157,7 +157,7 @@ for t in targets:
                            f"VGPR spills {get('vgpr_spill_count')}")
             max_vgpr = max(max_vgpr, get("vgpr_count") + get("agpr_count"))
             max_sspill = max(max_sspill, get("sgpr_spill_count"))
-        m = re.match(r"fwd_gfx9_hd(\d+)_(e4m3fnuz|e4m3fn)_(\w+)\.probe$", base)
+        m = re.match(r"fwd_mfma_hd(\d+)_(e4m3fnuz|e4m3fn)_(\w+)_kv\d+\.probe$", base)
         if not m:
             continue
         nfwd += 1

@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
 # The one GPU command: on any CUDA machine, build fp8attn with its GPU kernels, run the GPU test
-# suite (and the CPU one), optionally compute-sanitizer, and the benchmark; results in OUTDIR.
+# suite, optionally compute-sanitizer, the benchmark and FlashAttention-3's FP8 kernel beside it;
+# results in OUTDIR.
 #
 #   scripts/gpu_check.sh [OUTDIR]          (default: gpu-results/)
 # Knobs (env): FP8ATTN_HEAD_DIMS / FP8ATTN_FP8_KINDS (build filter), TORCH_CUDA_ARCH_LIST (default:
 # this GPU, with the 'a' suffix on sm_90), MAX_JOBS, PYTEST_ARGS, BENCH_ARGS, SKIP_SANITIZE=1,
 # SKIP_BUILD=1, SKIP_TESTS=1, SKIP_BENCH=1, SKIP_PORTABLE=1 (no second test pass on Hopper),
 # STEP_TIMEOUT (seconds per test / sanitizer / bench step, default 1200: a kernel that hangs fails
-# its step instead of the whole run).
+# its step instead of the whole run); FA3_DIR (a flash-attention checkout's hopper/) and
+# CUTLASS_DIR (the CUTLASS it pins): after the benchmark, build lab/standalone/fa3_peer (sm_90a)
+# and time it on the benchmark's prefill shapes (OUTDIR/fa3_peer.txt; FA3_ARGS, e.g. "--seconds 3").
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUTDIR=${1:-gpu-results}
@@ -40,11 +43,11 @@ if [ -z "${SKIP_TESTS:-}" ]; then
   echo "== GPU tests (default pipelines)"
   timeout "$T" python3 -m pytest -q -rs tests/gpu ${PYTEST_ARGS:-} 2>&1 | tee "$OUTDIR/tests_gpu.log" | tail -40
   [ "${PIPESTATUS[0]}" = 0 ] || rc=1
-  # On Hopper the default is the wgmma pipeline where it covers a call: run the suite again on the
-  # portable one, so both are verified on this card.
+  # On Hopper the defaults are the wgmma and decode pipelines where they have a kernel for a call: run
+  # the suite again on the portable f16 one (every call), so all three are verified on this card.
   if [ -z "${SKIP_PORTABLE:-}" ] && python3 -c 'import sys, torch; sys.exit(torch.cuda.get_device_capability() != (9, 0))'; then
-    echo "== GPU tests (FP8ATTN_NV_PIPELINE=f16: the portable pipeline)"
-    FP8ATTN_NV_PIPELINE=f16 timeout "$T" python3 -m pytest -q -rs tests/gpu ${PYTEST_ARGS:-} 2>&1 | tee "$OUTDIR/tests_gpu_f16.log" | tail -15
+    echo "== GPU tests (FP8ATTN_PIPELINE=f16: the portable pipeline)"
+    FP8ATTN_PIPELINE=f16 timeout "$T" python3 -m pytest -q -rs tests/gpu ${PYTEST_ARGS:-} 2>&1 | tee "$OUTDIR/tests_gpu_f16.log" | tail -15
     [ "${PIPESTATUS[0]}" = 0 ] || rc=1
   fi
 fi
@@ -61,5 +64,16 @@ fi
 if [ -z "${SKIP_BENCH:-}" ]; then
   echo "== bench"
   timeout "$T" python3 -m fp8attn.bench --out-dir "$OUTDIR" ${BENCH_ARGS:-} 2>"$OUTDIR/bench.err" || rc=1
+fi
+if [ -n "${FA3_DIR:-}" ]; then
+  echo "== FlashAttention-3 FP8 peer (FA3_DIR=$FA3_DIR)"
+  mkdir -p build/standalone
+  if FA3_DIR=$FA3_DIR CUTLASS_DIR=${CUTLASS_DIR:?CUTLASS_DIR: the CUTLASS that FA3_DIR pins} \
+       bash lab/standalone/fa3_peer/build.sh build/standalone/fa3_peer >"$OUTDIR/fa3_build.log" 2>&1; then
+    timeout "$T" build/standalone/fa3_peer ${FA3_ARGS:-} 2>&1 | tee "$OUTDIR/fa3_peer.txt"
+    [ "${PIPESTATUS[0]}" = 0 ] || rc=1
+  else
+    tail -30 "$OUTDIR/fa3_build.log"; echo "FA3 PEER BUILD FAILED"; rc=1
+  fi
 fi
 exit $rc

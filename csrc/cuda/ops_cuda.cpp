@@ -1,7 +1,7 @@
 // CUDA (and, hipified, HIP) entry points of the ops, compiled by the host C++ compiler (the .cu
-// files stay torch-free): argument checks and params come from
-// make_fwd_params (shared with the CPU); this file only picks the kernel instance, sizes the
-// split-KV workspace and launches on the current stream. No host synchronisation: safe under
+// files stay torch-free): argument checks and params come from make_fwd_params (shared with the
+// CPU); this file only picks the kernel (choose_fwd_kernel over the generated table, for the
+// device's target), sizes the split-KV workspace and launches on the current stream. No host synchronisation: safe under
 // CUDA graph capture.
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -15,6 +15,7 @@
 
 #include "cuda/kv_cache_cuda.h"
 #include "kernels/fwd/api.h"
+#include "kernels/fwd/decode_config.h"
 #include "kernels/fwd/epilogue.h"
 #include "kv_cache_args.h"
 #include "ops.h"
@@ -22,21 +23,23 @@
 namespace fp8attn {
 namespace {
 
-std::string built_instances() {
-  int n = 0;
-  const FwdInstance* all = fwd_instances(&n);
-  std::string s;
-  for (int i = 0; i < n; ++i) s += (s.empty() ? "" : ", ") + std::string(all[i].name ? all[i].name : "");
-  return s.empty() ? "none" : s;
-}
-
 // FP8ATTN_NUM_SPLITS=N forces the split count (tests use 1 to compare with the CPU tile for tile).
 int32_t split_override() {
-  const int32_t v = [] {
-    const char* e = std::getenv("FP8ATTN_NUM_SPLITS");
-    return e && *e ? std::atoi(e) : 0;
-  }();
-  return v;
+  const char* e = std::getenv("FP8ATTN_NUM_SPLITS");
+  return e && *e ? std::atoi(e) : 0;
+}
+
+// FP8ATTN_PIPELINE=<pipeline> prefers that pipeline where it has a kernel for a call (read once).
+int32_t preferred_pipe() {
+  static const char* const name = std::getenv("FP8ATTN_PIPELINE");
+  static const int32_t pipe = fwd_pipe_index(fwd_table(), name);
+  if (pipe == -2) {
+    std::string known;
+    for (int i = 0; i < fwd_table().num_pipes; ++i) known += std::string(i ? ", " : "") + fwd_table().pipes[i];
+    TORCH_CHECK_VALUE(false, "fp8attn.forward on CUDA: FP8ATTN_PIPELINE=", name, " names no pipeline (known: ",
+                      known, ")");
+  }
+  return pipe;
 }
 
 std::pair<int, int> device_cc(c10::DeviceIndex dev) {
@@ -62,24 +65,37 @@ int32_t multiprocessors(c10::DeviceIndex dev) {
   return cache[dev];
 }
 
-void check_supported(const FwdParams& p) {
-  if (const char* why = fwd_unsupported_reason(p)) TORCH_CHECK_VALUE(false, "fp8attn.forward on CUDA: ", why);
+void check_supported(const FwdParams& p, const FwdKernel* k) {
+  if (const char* why = fwd_unsupported_reason(fwd_table(), p, k))
+    TORCH_CHECK_VALUE(false, "fp8attn.forward on CUDA: ", why);
 }
 
-// The instance for a supported call.
-const FwdInstance* instance_for(const at::Tensor& q, const FwdParams& p) {
-  const MaskKind mk = mask_kind_of(p);
+// The kernel of a call (the one it runs and forward_kernel names), after the checks.
+const FwdKernel& kernel_for(const at::Tensor& q, const FwdParams& p) {
+  const FwdTable& t = fwd_table();
+  check_supported(p, nullptr);
   const auto cc = device_cc(q.device().index());
-  const FwdInstance* inst = choose_fwd_instance(p, cc.first, cc.second);
-  TORCH_CHECK_VALUE(inst != nullptr || p.kv_tile <= kGpuKvTile, "fp8attn.forward on CUDA: kv_tile=", p.kv_tile,
-                    " needs the Hopper wgmma pipeline (compute capability 9.0, a build with sm90a, head_dim 64 or "
-                    "128, e4m3fn); this call has head_dim=", p.head_dim, " on compute capability ", cc.first, ".",
-                    cc.second, " (built: ", built_instances(), ")");
-  TORCH_CHECK_VALUE(inst != nullptr, "fp8attn.forward on CUDA: no kernel for head_dim=", p.head_dim, ", ",
-                    p.fp8_kind == Fp8Kind::E4M3FN ? "e4m3fn" : "e4m3fnuz",
-                    mk == MaskKind::kBand ? ", masked" : ", unmasked", " in this build (built: ", built_instances(),
-                    "; set FP8ATTN_HEAD_DIMS / FP8ATTN_FP8_KINDS at build time)");
-  return inst;
+  const FwdTarget& target = fwd_target(t, cc.first, cc.second);
+  const FwdKernel* k = choose_fwd_kernel(t, p, target, preferred_pipe());
+  if (k == nullptr) {
+    std::string pipes, built;
+    for (int i = 0; i < target.num_pipes; ++i) pipes += std::string(i ? ", " : "") + t.pipes[target.pipes[i]];
+    for (int i = 0; i < t.num_kernels; ++i)
+      if (t.kernels[i].head_dim == p.head_dim) built += std::string(built.empty() ? "" : ", ") + t.kernels[i].name;
+    std::string tile;
+    for (int i = 0; i < t.num_kv_tiles; ++i)
+      if (p.kv_tile != 0 && t.kv_tiles[i] == p.kv_tile && p.kv_tile != kDefaultKvTile)
+        tile = std::string("; kv_tile=") + std::to_string(p.kv_tile) + " kernels: " + t.kv_tile_notes[i];
+    TORCH_CHECK_VALUE(false, "fp8attn.forward on CUDA: no kernel for head_dim=", p.head_dim, ", ",
+                      p.fp8_kind == Fp8Kind::E4M3FN ? "e4m3fn" : "e4m3fnuz",
+                      mask_kind_of(p) == MaskKind::kBand ? ", masked" : ", unmasked", ", kv_tile=", p.kv_tile,
+                      " on this device (", target.name, ", compute capability ", cc.first, ".", cc.second,
+                      ": pipelines ", pipes, ")", tile, "; this build's head_dim=", p.head_dim, " kernels: ",
+                      built.empty() ? "none (FP8ATTN_HEAD_DIMS / FP8ATTN_FP8_KINDS / FP8ATTN_ARCHS filter builds)"
+                                    : built);
+  }
+  check_supported(p, k);
+  return *k;
 }
 
 }  // namespace
@@ -88,8 +104,7 @@ std::string forward_kernel_cuda(const FwdArgs& a) {
   const at::Tensor& q = a.q;
   const c10::cuda::CUDAGuard guard(q.device());
   FwdPlan plan = make_fwd_params(a);
-  check_supported(plan.params);
-  return instance_for(q, plan.params)->name;
+  return kernel_for(q, plan.params).name;
 }
 
 at::Tensor forward_cuda(const FwdArgs& a) {
@@ -97,12 +112,14 @@ at::Tensor forward_cuda(const FwdArgs& a) {
   const c10::cuda::CUDAGuard guard(q.device());
   FwdPlan plan = make_fwd_params(a);
   FwdParams& p = plan.params;
-  check_supported(p);
-  if (p.batch == 0 || p.num_heads == 0 || p.seqlen_q == 0) return plan.lse;
-  const FwdInstance* inst = instance_for(q, p);
-  p.kv_tile = inst->kv_tile;
+  if (p.batch == 0 || p.num_heads == 0 || p.seqlen_q == 0) {
+    check_supported(p, nullptr);
+    return plan.lse;
+  }
+  const FwdKernel& kern = kernel_for(q, p);
+  p.kv_tile = kern.kv_tile;
   p.num_sm = multiprocessors(q.device().index());
-  p.num_splits = split_override() > 0 ? std::min(split_override(), 128) : choose_num_splits(p, p.num_sm);
+  p.num_splits = split_override() > 0 ? std::min(split_override(), kDecodeMaxSplits) : choose_num_splits(p, kern, p.num_sm);
   at::Tensor o_accum, lse_accum;
   if (p.num_splits > 1) {
     const auto opts = q.options().dtype(at::kFloat);
@@ -111,14 +128,13 @@ at::Tensor forward_cuda(const FwdArgs& a) {
     p.o_accum = o_accum.data_ptr<float>();
     p.lse_accum = lse_accum.data_ptr<float>();
   }
-  // Varlen and masked prefill on the Hopper pipeline balance their work items through a counter (its
-  // dynamic order).
+  // Kernels that balance varlen and masked work items through a counter (their dynamic order).
   at::Tensor item_counter;
-  if (inst->pipe == NvPipe::kWgmma && (p.cu_seqlens_q || inst->mask == MaskKind::kBand)) {
+  if (kern.item_counter && (p.cu_seqlens_q || kern.mask == MaskKind::kBand)) {
     item_counter = at::empty({1}, q.options().dtype(at::kInt));
     p.item_counter = item_counter.data_ptr<int32_t>();
   }
-  inst->launch(p, c10::cuda::getCurrentCUDAStream());
+  fwd_launcher(kern)(p, c10::cuda::getCurrentCUDAStream());
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   return plan.lse;
 }

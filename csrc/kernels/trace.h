@@ -1,8 +1,8 @@
 // The events of the GPU pipelines' trace hooks (FP8ATTN_TRACE, common.h), for lab builds only: no
 // kernel includes this file. A trace build defines FP8ATTN_TRACE(event) before including the kernels
-// and includes this file for the names (the standalone checks' event_trace.h records a timestamp per
-// warp leader). Such traces located the wgmma epilogue's and the decode copies' costs
-// (docs/hopper-wgmma.md, docs/gpu-kernels.md).
+// and includes this file for the names (lab/standalone/event_trace.h records a timestamp per warp
+// leader). Such traces located the wgmma epilogue's and the decode copies' costs
+// (lab/hopper-wgmma-diary.md).
 #pragma once
 
 namespace fp8attn {
@@ -42,7 +42,7 @@ enum TraceEvent : int {
 };
 
 // Short names for the cycle accounting of the standalone checks (event_stats.h; the event trace prints ids,
-// which scripts/trace_summary.py names from this enum).
+// which lab/scripts/trace_summary.py names from this enum).
 inline const char* trace_event_name(int e) {
   switch (e) {
     case kTraceKernelStart: return "kernel start";

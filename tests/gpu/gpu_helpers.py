@@ -7,15 +7,16 @@ import math
 import torch
 
 import fp8attn  # noqa: F401
+from fp8attn.shapes import DEFAULT_KV_TILE, HEAD_DIMS
 
-GPU_KV_TILE = 64  # the GPU kernels' tile (csrc/kernels/fwd/api.h kGpuKvTile)
+GPU_KV_TILE = DEFAULT_KV_TILE  # every GPU pipeline has it (csrc/kernels/generate.py)
 DEV = "cuda"
 
 
 def built_head_dims():
     """Head dims with a GPU instance in this build (probe each with a tiny call)."""
     dims = []
-    for d in (64, 80, 96, 112, 128, 192, 256):
+    for d in HEAD_DIMS:
         q = torch.zeros(1, 1, 1, d, device=DEV, dtype=torch.float8_e4m3fn)
         out = torch.empty(1, 1, 1, d, device=DEV, dtype=torch.bfloat16)
         try:
@@ -131,7 +132,7 @@ WGMMA_LSE_TOL = 4e-2
 
 
 def is_wgmma(kernel_name: str) -> bool:
-    return kernel_name.startswith("fwd_sm90a_")
+    return kernel_name.startswith("fwd_wgmma_")
 
 
 def fp8_ulps(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:

@@ -8,6 +8,7 @@ import torch
 
 from fp8attn import kernel_kv_tile
 from fp8attn.reference import ideal_attention
+from fp8attn.shapes import HEAD_DIMS
 
 sys.path.insert(0, os.path.dirname(__file__))
 from gpu_helpers import (  # noqa: E402
@@ -70,7 +71,7 @@ def check_vs_cpu(args, kw, min_frac=0.999, lse_tol=2e-3, kv_tile=GPU_KV_TILE):
 
 # ---- the contract grid ------------------------------------------------------------------------
 
-@pytest.mark.parametrize("D", [64, 80, 96, 112, 128, 192, 256])
+@pytest.mark.parametrize("D", HEAD_DIMS)
 @pytest.mark.parametrize("layout", ["dense", "varlen", "paged"])
 def test_head_dims_layouts(D, layout):
     need_dim(D)
@@ -126,7 +127,7 @@ def test_p_scale(p_scale):
 def test_random_combinations(seed):
     g = torch.Generator().manual_seed(1000 + seed)
     pick = lambda xs: xs[int(torch.randint(len(xs), (1,), generator=g))]  # noqa: E731
-    D = pick([d for d in (64, 80, 96, 112, 128, 192, 256) if d in dims()] or [128])
+    D = pick([d for d in HEAD_DIMS if d in dims()] or [128])
     need_dim(D)
     H, Hkv = pick([(4, 4), (8, 2), (6, 1)])
     args, kw = make_case(layout=pick(["dense", "varlen", "paged"]), D=D, H=H, Hkv=Hkv,
@@ -350,13 +351,36 @@ def test_default_kv_tile():
     args, kw = make_case(Sq=150, Sk=389, seed=5)
     name = kernel_of(*args, device=DEV, kv_tile=0, **kw)
     tile = kernel_kv_tile(name)
-    if name.startswith("fwd_sm90a_"):  # the wgmma pipeline: unmasked D 128 on its 64-key instance
+    if is_wgmma(name):  # the wgmma pipeline: unmasked D 128 on its 64-key instance
         assert tile == 64, name
     o0, l0 = call(*args, device=DEV, kv_tile=0, **kw)
     ot, lt = call(*args, device=DEV, kv_tile=tile, **kw)
     assert torch.equal(o0.view(torch.uint8), ot.view(torch.uint8)) and torch.equal(l0, lt)
     dargs, dkw = make_case(layout="paged", Sq=1, Sk=517, seed=6)
     assert kernel_kv_tile(kernel_of(*dargs, device=DEV, kv_tile=0, **dkw)) == 64
+
+
+def test_kernel_names_by_shape():
+    """kernel_name names the kernel that runs, decode included: the device's pipelines in their order
+    (csrc/kernels/generate.py TARGETS), or FP8ATTN_PIPELINE's where it serves the call."""
+    need_dim(128)
+    pref = os.environ.get("FP8ATTN_PIPELINE")
+    if pref and pref not in ("f16", "fp8mma"):
+        pytest.skip(f"FP8ATTN_PIPELINE={pref}: its kernels serve only some of these calls")
+    cc = torch.cuda.get_device_capability()
+    dec, dkw = make_case(layout="paged", Sq=1, Sk=517, H=32, Hkv=8, causal=True, seed=6)  # 4 packed rows
+    dec16, d16kw = make_case(layout="paged", Sq=4, Sk=517, H=32, Hkv=8, causal=True, seed=7)  # 16
+    pre, pkw = make_case(Sq=150, Sk=389, H=8, Hkv=2, seed=5)
+    names = [kernel_of(*a, device=DEV, kv_tile=0, **kw) for a, kw in ((dec, dkw), (dec16, d16kw), (pre, pkw))]
+    if torch.version.hip:
+        assert all(n.startswith("fwd_mfma_hd128_") for n in names), names
+    elif pref:
+        assert all(n.startswith(f"fwd_{pref}_") for n in names), names  # (they serve every call)
+    elif cc == (8, 9):
+        assert all(n.startswith("fwd_fp8mma_hd128_") for n in names), names
+    else:
+        assert names[0] == "fwd_decode8_hd128_e4m3fn_band_kv64" and names[1] == "fwd_decode16_hd128_e4m3fn_band_kv64"
+        assert names[2] in ("fwd_wgmma_hd128_e4m3fn_nomask_kv64", "fwd_f16_hd128_e4m3fn_nomask_kv64"), names
 
 
 # ---- rejected configurations ------------------------------------------------------------------

@@ -1,6 +1,7 @@
-// Tunables of the decode path (launch_fwd's rows <= 16 branch, pipeline_decode.h), shared by the
-// host split heuristic (api.cu: choose_num_splits) and the pipeline. Host-only code: no kernels.
-// To adopt another measured variant (tests/gpu/standalone/decode_bench.cu), edit DecodeDefault.
+// Tunables of the decode kernels (pipeline_decode.h; the fwd_decode* rows of the kernel table),
+// shared by the host split heuristic (dispatch.cpp: choose_num_splits) and the pipeline. Host-only
+// code: no kernels. To adopt another measured variant (lab/standalone/decode_bench.cu), edit
+// DecodeDefault.
 #pragma once
 #include <algorithm>
 #include <cstdint>
@@ -22,7 +23,7 @@ struct DecodeConfig {
 using DecodeDefault = DecodeConfig<4>;  // measured best on the H200 (docs/gpu-kernels.md, decode_bench)
 constexpr int kDecodeMinTilesPerSplit = 2;  // a split streams at least 128 keys
 constexpr bool kDecodePdl = true;           // combine kernel by Programmatic Dependent Launch (sm_90+)
-constexpr int kDecodeMaxSplits = 128;       // = kMaxSplits (kernel.h; asserted in pipeline_decode.h)
+constexpr int kDecodeMaxSplits = 128;       // every kernel's split limit: = kMaxSplits (kernel.h; asserted in pipeline_decode.h)
 
 // Split count of a decode-shaped call: `blocks` (batch x kv heads) blocks of `tiles` KV tiles each.
 // The blocks are memory bound and about equally long, so a last wave that leaves slots empty

@@ -2,7 +2,7 @@
 // converted to e4m3 codes by the hardware conversion, staged in the warpgroup's own 64 rows of the
 // Q buffer (free once its last S = Q.K^T has retired), and written with 16-byte coalesced stores.
 // The per-element byte stores of store_rows (kernel.h) took ~15k cycles per work item at D = 128,
-// a third of a short causal item (docs/hopper-wgmma.md). Other outputs take store_rows.
+// a third of a short causal item (docs/hopper-pipeline.md). Other outputs take store_rows.
 #pragma once
 #include <cstdint>
 
@@ -53,7 +53,7 @@ struct EpilogueNvWgmma {
       }
       store_lse(p, c, tr, ri, rs.lse[ri], lane);
     }
-    nv::named_barrier_sync(2 + wg, 128);  // ids 2.. : the producer's transpose uses 1
+    nv::named_barrier_sync(Policy::kBarEpilogue + wg, 128);
     // Row 0 of the kv head's first q head, once (the sequence's offset is a load when varlen); per
     // chunk only its row and its head within the group.
     uint8_t* const out0 = static_cast<uint8_t*>(p.out) + out_offset(p, c.b, 0, c.hkv * c.group);

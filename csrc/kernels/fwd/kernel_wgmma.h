@@ -21,7 +21,7 @@ namespace fp8attn {
 // static order take one item of every length, ~3 %): the first item is blockIdx.x, each next one
 // gridDim.x + the counter's next value, fetched by producer thread 0 and broadcast to the producer
 // warpgroup through shared memory (a named barrier; two slots, so one barrier per fetch).
-// kBarrier: a named barrier id the block uses for nothing else.
+// kBarrier: a named barrier id the block uses for nothing else (Policy::kBarItemFetch).
 template <int kBarrier>
 struct ItemSource {
   int32_t total, base = 0, fetches = 0;
@@ -60,7 +60,7 @@ __global__ void __launch_bounds__(Policy::kThreads, 1) fwd_kernel_wgmma(const __
     // (items are (x, split) in launch order, ItemSource; the x extent is with_divisors' WorkGrid, read in each
     // role's branch: values live across the register reallocation spilled at D 256)
     const int32_t nx = static_cast<int32_t>(p.div_items.d), total = nx * p.num_splits;
-    ItemSource<2 + Policy::kConsumers> src{total};  // ids 1: the producer's transpose, 2..: the epilogues
+    ItemSource<Policy::kBarItemFetch> src{total};
     for (int32_t item = src.first(); item < total; item = src.next(p, bars->fetched, prod.ptid)) {
       BlockCtx c;
       const int32_t split = p.div_items.div(item);

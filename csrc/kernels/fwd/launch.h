@@ -1,28 +1,15 @@
-// Launchers of the forward kernels, instantiated once per generated instance file.
+// Launch helpers of the forward kernels, used by the generated instance files (generate.py: each
+// kernel's launcher is one of these or a pipeline's own, launch_decode_with / launch_fwd_wgmma).
 #pragma once
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <type_traits>
 
-#include "api.h"
 #include "kernel.h"
 #include "policy.h"
 
 namespace fp8attn {
-
-// The NVIDIA-only f16 pipeline (pipeline_f16.h) is included by the generated sm90 instance files
-// only: declared here so that launch_fwd below compiles for every atom family.
-template <class Problem>
-struct FwdPolicyNvF16;
-template <class Problem, class Policy>
-struct FwdPipelineNvF16;
-// The decode path (pipeline_decode.h, included by pipeline_f16.h).
-template <class Problem>
-void launch_fwd_decode(const FwdParams& p, cudaStream_t stream);
-// The Hopper warp-specialized kernel (kernel_wgmma.h), included by the sm90a instance files only.
-template <class Problem, int kKvTile>
-void launch_fwd_wgmma(const FwdParams& p, cudaStream_t stream);
 
 // Policy::kPersistent (optional): the kernel loops over work items on at most one block per SM.
 template <class P, class = void>
@@ -52,37 +39,10 @@ void launch_kernel(const FwdParams& params, cudaStream_t stream) {
   }
 }
 
-// One (Problem, Policy, Pipeline) combination of the portable kernel.
+// The portable kernel (fwd_kernel) of one (Problem, Policy, Pipeline).
 template <class Problem, class Policy, class Pipe>
 void launch_with(const FwdParams& p, cudaStream_t stream) {
   launch_kernel<Problem, Policy, &fwd_kernel<Problem, Policy, Pipe>>(p, stream);
-}
-
-// The instance entry point: picks the policy for the call's shape.
-//   kE4M3: fp8 operands straight into the atom of this compiler's family (policy.h): e4m3
-//          mma.sync on NVIDIA (native on sm_89), FP8 MFMA on AMD gfx942 / gfx950.
-//   kWgmma: the Hopper warp-specialized wgmma pipeline (sm_90a; kernel_wgmma.h), KV tile kKvTile.
-//   kF16:  operands widened to f16 in shared memory (sm_90), 4 warps x 16 rows; when a (batch,
-//          kv head) has at most 16 packed rows (decode: q_len * H/H_kv <= 16) the decode pipeline
-//          (pipeline_decode.h: rows on the n8 side of the MMA, one n8 tile per 8 rows, FP8 K/V
-//          ring widened in registers).
-template <class Problem, NvPipe kPipe, int kKvTile = kDefaultKvTile>
-void launch_fwd(const FwdParams& p, cudaStream_t stream) {
-  static_assert(kKvTile == kDefaultKvTile || kPipe == NvPipe::kWgmma, "only the wgmma pipeline has other KV tiles");
-  if constexpr (kPipe == NvPipe::kWgmma) {
-    launch_fwd_wgmma<Problem, kKvTile>(p, stream);
-  } else if constexpr (kPipe == NvPipe::kE4M3) {
-    using Policy = FwdPolicyFp8<Problem>;
-    launch_with<Problem, Policy, FwdPipeline<Problem, Policy>>(p, stream);
-  } else {
-    const int64_t rows = static_cast<int64_t>(p.seqlen_q) * (p.num_heads / p.num_heads_k);
-    if (rows <= 16) {
-      launch_fwd_decode<Problem>(p, stream);
-    } else {
-      using Policy = FwdPolicyNvF16<Problem>;
-      launch_with<Problem, Policy, FwdPipelineNvF16<Problem, Policy>>(p, stream);
-    }
-  }
 }
 
 }  // namespace fp8attn

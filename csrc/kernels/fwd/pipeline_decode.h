@@ -422,14 +422,6 @@ struct FwdPipelineNvDecode {
   }
 };
 
-// Run-time options of launch_decode: the combine kernel as a programmatic dependent of the forward
-// grid (sm_90+ only; ignored elsewhere), and whether to run it at all (the benchmark times the
-// forward kernel alone; its output is then not written when split).
-struct DecodeLaunch {
-  bool pdl = kDecodePdl;
-  bool combine = true;
-};
-
 inline bool pdl_supported() {  // per device, cached (not a stream operation: fine during capture)
   static int cache[64] = {0};  // 0 unknown, 1 no, 2 yes
   int dev = 0, major = 0;
@@ -440,9 +432,10 @@ inline bool pdl_supported() {  // per device, cached (not a stream operation: fi
 }
 
 // The decode kernel of one (Problem, Policy): one block per (batch, kv head) and split (rows <=
-// kBlockM), then the combine kernel when split.
+// kBlockM), then the combine kernel when split, as a programmatic dependent of the forward grid
+// (kDecodePdl; sm_90+ only).
 template <class Problem, class Policy>
-void launch_decode_with(const FwdParams& p, cudaStream_t stream, const DecodeLaunch& opt) {
+void launch_decode_with(const FwdParams& p, cudaStream_t stream) {
   auto* kern = &fwd_kernel<Problem, Policy, FwdPipelineNvDecode<Problem, Policy>>;
   // Paged cache on sm_90+: whole-page TMA boxes when the layout allows (else per-row bulk copies).
   FwdParams q = with_divisors<Policy>(p);
@@ -459,7 +452,7 @@ void launch_decode_with(const FwdParams& p, cudaStream_t stream, const DecodeLau
   const int64_t nx = static_cast<int64_t>(p.batch) * p.num_heads_k;
   if (nx == 0) return;
   kern<<<dim3(static_cast<unsigned>(nx), p.num_splits), Policy::kThreads, Policy::kSmemBytes, stream>>>(q);
-  if (p.num_splits <= 1 || !opt.combine) return;
+  if (p.num_splits <= 1) return;
   const int64_t items = static_cast<int64_t>(p.seqlen_q) * p.num_heads;
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(static_cast<unsigned>(items), p.batch);
@@ -469,23 +462,8 @@ void launch_decode_with(const FwdParams& p, cudaStream_t stream, const DecodeLau
   attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attr[0].val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = attr;
-  cfg.numAttrs = opt.pdl && pdl_supported() ? 1 : 0;
+  cfg.numAttrs = kDecodePdl && pdl_supported() ? 1 : 0;
   (void)cudaLaunchKernelEx(&cfg, fwd_combine_kernel<Problem::kFp8>, p);  // errors: cudaGetLastError
-}
-
-// The decode path of launch_fwd (rows = q_len * H / H_kv <= 16) with DecodeConfig Cfg.
-template <class Problem, class Cfg = DecodeDefault>
-void launch_decode(const FwdParams& p, cudaStream_t stream, const DecodeLaunch& opt = {}) {
-  const int64_t rows = static_cast<int64_t>(p.seqlen_q) * (p.num_heads / p.num_heads_k);
-  if (rows <= 8)
-    launch_decode_with<Problem, FwdPolicyNvDecode<Problem, 1, Cfg>>(p, stream, opt);
-  else
-    launch_decode_with<Problem, FwdPolicyNvDecode<Problem, 2, Cfg>>(p, stream, opt);
-}
-
-template <class Problem>
-void launch_fwd_decode(const FwdParams& p, cudaStream_t stream) {
-  launch_decode<Problem>(p, stream);
 }
 
 }  // namespace fp8attn

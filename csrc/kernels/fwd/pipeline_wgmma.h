@@ -115,7 +115,7 @@ struct FwdPipelineNvWgmma {
     // with the key's row bits, and column (m / 2) + 2b has b in its upper bits; whole addresses, so
     // that no second copy of them stays live for the drain); sel_lo / sel_hi: the byte permutes of
     // matrices m even / odd. Checked against the per-byte layout, and
-    // for bank conflicts, by tests/gpu/standalone/transpose_model.py.
+    // for bank conflicts, by lab/standalone/transpose_model.py.
     uint32_t ld, st, sel_lo;  // (sel_hi = sel_lo ^ 0x1111: a register fewer for the 56-register producer)
 
     FP8ATTN_DEVICE Producer(int tid, uint8_t* smem)
@@ -271,7 +271,7 @@ struct FwdPipelineNvWgmma {
         nv::mbar_arrive(&bars->k_full[s]);
         // Every producer's copies of the tile landed. (The previous transpose of the slot is done
         // everywhere: the consumers released the slot after its v_full.)
-        nv::named_barrier_sync(1, 128);
+        nv::named_barrier_sync(Policy::kBarTranspose, 128);
       }
       FP8ATTN_TRACE(kTraceProducerBarrier);
       transpose_v(s);
@@ -475,7 +475,7 @@ struct FwdPipelineNvWgmma {
     // softmax (nothing depends on it): in the SASS every exp2 follows it, and what overlap there is
     // lies between the two consumer warpgroups, which run free. Forcing it inside the warpgroup (the
     // wait at the next step's start, wip/wgmma-wait-next) holds tile i's slot through the softmax and
-    // was 4-34 % slower (docs/h200-logs/40-*); turns that keep the two warpgroups' products apart were
+    // was 4-34 % slower (lab/h200-logs/40-*); turns that keep the two warpgroups' products apart were
     // 6-7 % slower (59-*, 60-*: a softmax beside the other's products runs slower). Alone (no
     // producer) the loop takes 1.6x its tensor time per step, the exp2s being as long as the tensor
     // work (45-*).

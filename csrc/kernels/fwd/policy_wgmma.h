@@ -33,7 +33,7 @@ namespace fp8attn {
 // Consumer warpgroups: three where S and O fit the 152 registers of a 512-thread block (D 64, and
 // D 128 at 64-key tiles): a warpgroup's step is a latency chain (max, shuffles, exp2s) that more
 // warpgroups overlap (D 64 +16 %, D 128 non-causal at 64 keys +2.6 % over two at 128 keys:
-// docs/h200-logs/79-*, 80-*); two otherwise (a 128-key S beside a D 128 O needs 224).
+// lab/h200-logs/79-*, 80-*); two otherwise (a 128-key S beside a D 128 O needs 224).
 constexpr int wgmma_consumers(int head_dim, int kv_tile) {
   return head_dim == 64 || (head_dim == 128 && kv_tile == 64) ? 3 : 2;
 }
@@ -46,6 +46,12 @@ struct FwdPolicyNvWgmma {
   static constexpr int kConsumers = kConsumers_;  // consumer warpgroups
   static_assert(kConsumers == 2 || kConsumers == 3, "wgmma pipeline: two or three consumer warpgroups");
   static constexpr int kThreads = 128 * (1 + kConsumers);
+  // Named barriers of the block (0 is __syncthreads), 128 threads each: the producer warpgroup's V
+  // transpose, each consumer warpgroup's staged epilogue, the producer's work-item fetch.
+  static constexpr int kBarTranspose = 1;
+  static constexpr int kBarEpilogue = 2;  // + the consumer warpgroup
+  static constexpr int kBarItemFetch = kBarEpilogue + kConsumers;
+  static_assert(kBarItemFetch < 16, "a block has 16 named barriers");
   static constexpr int kBlockM = 64 * kConsumers;
   static constexpr int kBlockN = kKvTile;
   static_assert(kBlockN == 64 || (kBlockN == 128 && kD <= 128), "wgmma pipeline: 64-key tiles, or 128 at D <= 128");
@@ -61,7 +67,7 @@ struct FwdPolicyNvWgmma {
   static constexpr int kChunks = kD / 16;  // 16-byte chunks per Q / K / V row
   static constexpr int kSw = kD >= 128 ? 128 : 64;
   // Whole dense / varlen KV tiles by TMA (pipeline_wgmma.h, load_kv_tma); not at D 64, where it
-  // measured 2-4 % slower than cp.async (docs/h200-logs/46-*, 50-*).
+  // measured 2-4 % slower than cp.async (lab/h200-logs/46-*, 50-*).
   static constexpr bool kTmaKV = kD >= 128;
   using QK = nv::SwizzledTile<kSw>;  // Q and K tiles
   using VT = nv::SwizzledTile<64>;   // Vt rows are the 64 keys of a tile

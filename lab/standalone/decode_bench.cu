@@ -1,12 +1,12 @@
-// Decode check and timing of the decode pipeline (pipeline_decode.h) variants against the split-N
-// f16 policy it replaces (FwdPolicyNvF16<Problem, 1>, known correct against the CPU oracle), without
-// torch: paged FP8 e4m3fn KV cache [blocks, 16, 8, 128] with a shuffled block table (and unused
+// Decode check and timing of the decode pipeline (pipeline_decode.h) variants against the f16
+// pipeline (FwdPolicyNvF16<Problem>: the same tiles and quantization points, known correct
+// against the CPU oracle), without torch: paged FP8 e4m3fn KV cache [blocks, 16, 8, 128] with a shuffled block table (and unused
 // blocks full of NaN codes), q_len 1, 32 q / 8 kv heads, causal, FP8 output, p_scale 1/448.
-// Build: tests/gpu/standalone/build.sh.
+// Build: lab/standalone/build.sh.
 //   decode_bench [REPS] [VARIANT...]   (default: 50 reps, every variant; names in the table below)
 //   decode_bench_trace                 (built with -DFP8ATTN_EVENT_TRACE) an event trace of the default
 //                                      kernel's first blocks
-// Per shape and variant: agreement with split-N at one split and at the variant's split count,
+// Per shape and variant: agreement with the f16 pipeline at one split and at the variant's split count,
 // then us per call: eager (events around each call, median), graph (CUDA graph of 20 calls),
 // cold (eager after a 256 MiB L2 flush), fwd (graph, forward kernel alone: no combine).
 #include <algorithm>
@@ -24,23 +24,53 @@
 #include "event_trace.h"  // before the kernels: defines FP8ATTN_TRACE
 #endif
 #include "cuda_check.h"
-#include "kernels/fwd/api.cu"  // choose_num_splits: the split count the torch entry point takes
+#include "kernels/fwd/dispatch.cpp"  // choose_num_splits: the split count the torch entry point takes
 #include "kernels/fwd/launch.h"
 #include "kernels/fwd/pipeline_decode.h"
-
-namespace fp8attn {
-const FwdInstance* fwd_instances(int* count) {  // api.cu's instance table: not used here
-  *count = 0;
-  return nullptr;
-}
-}  // namespace fp8attn
 
 using namespace fp8attn;
 
 constexpr int kH = 32, kHkv = 8, kD = 128, kPage = 16, kPoisonBlocks = 16;
 constexpr double kCopyGBs = 4256.0;
+constexpr int kTile = kDefaultKvTile;
 using Prob = FwdProblem<kD, Fp8Kind::E4M3FN, MaskKind::kBand>;
-using OldPolicy = FwdPolicyNvF16<Prob, 1>;
+using RefPolicy = FwdPolicyNvF16<Prob>;
+// The kernel table's row of what these shapes (q_len 1, GQA 4: 4 packed rows) run.
+const FwdKernel kDecode8{"fwd_decode8_hd128_e4m3fn_band_kv64", 0, kD, Fp8Kind::E4M3FN, MaskKind::kBand, kTile, true, 8, 8,
+                         false};
+
+// The decode launch of pipeline_decode.h (launch_decode_with) with the bench's options: the combine
+// kernel as a programmatic dependent of the forward grid or not, or not at all (the forward kernel
+// timed alone; its output is then not written when split).
+struct DecodeLaunch {
+  bool pdl = kDecodePdl;
+  bool combine = true;
+};
+template <class Policy>
+void launch_decode_opts(const FwdParams& p, cudaStream_t stream, const DecodeLaunch& opt) {
+  auto* kern = &fwd_kernel<Prob, Policy, FwdPipelineNvDecode<Prob, Policy>>;
+  FwdParams q = with_divisors<Policy>(p);
+  q.kv_tma = nv::encode_page_map(q.k_tmap, p.k, p.head_dim, p.num_heads_k, p.page_block_size, p.num_cache_blocks,
+                                 p.k_head_stride, p.k_row_stride, p.k_batch_stride, Policy::kRowStride) &&
+             nv::encode_page_map(q.v_tmap, p.v, p.head_dim, p.num_heads_k, p.page_block_size, p.num_cache_blocks,
+                                 p.v_head_stride, p.v_row_stride, p.v_batch_stride, Policy::kRowStride);
+  static const cudaError_t attr_err = cudaFuncSetAttribute(
+      reinterpret_cast<const void*>(kern), cudaFuncAttributeMaxDynamicSharedMemorySize, Policy::kSmemBytes);
+  (void)attr_err;
+  kern<<<dim3(static_cast<unsigned>(p.batch * p.num_heads_k), p.num_splits), Policy::kThreads, Policy::kSmemBytes,
+         stream>>>(q);
+  if (p.num_splits <= 1 || !opt.combine) return;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(static_cast<unsigned>(p.seqlen_q * p.num_heads), p.batch);
+  cfg.blockDim = dim3(combine_threads(p));
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = opt.pdl ? 1 : 0;
+  CK(cudaLaunchKernelEx(&cfg, fwd_combine_kernel<Prob::kFp8>, p));
+}
 
 // Finite e4m3fn codes, |x| < 4 (exponent field 0..8: never the NaN codes 0x7f / 0xff).
 __global__ void fill_codes(uint8_t* dst, size_t n, uint64_t seed) {
@@ -58,7 +88,7 @@ struct Run {
   std::vector<float> lse;
 };
 
-// One call: a decode variant (launch_decode with a DecodeConfig) or, decode == nullptr, split-N.
+// One call: a decode variant (launch_decode_opts with a DecodeConfig) or, decode == nullptr, the f16 pipeline.
 using DecodeFn = void (*)(const FwdParams&, cudaStream_t, const DecodeLaunch&);
 struct Call {
   DecodeFn decode;
@@ -150,7 +180,7 @@ struct Bench {
     if (c.decode)
       c.decode(p, stream, c.opt);
     else
-      launch_with<Prob, OldPolicy, FwdPipelineNvF16<Prob, OldPolicy>>(p, stream);
+      launch_with<Prob, RefPolicy, FwdPipelineNvF16<Prob, RefPolicy>>(p, stream);
   }
 
   Run run(const Call& c) {
@@ -246,7 +276,7 @@ bool agree(const char* what, const Run& a, const Run& b) {
 
 template <class Cfg>
 void decode_fn(const FwdParams& p, cudaStream_t stream, const DecodeLaunch& opt) {
-  launch_decode<Prob, Cfg>(p, stream, opt);
+  launch_decode_opts<FwdPolicyNvDecode<Prob, 1, Cfg>>(p, stream, opt);
 }
 // Blocks per SM of the variant's rows <= 8 kernel (the one these shapes run), and its ring depth.
 template <class Cfg>
@@ -262,7 +292,7 @@ int occupancy() {
 
 // The split rule the first decode measurement used (one wave of 3 blocks per SM at most).
 int32_t previous_splits(const FwdParams& p, int32_t num_sm) {
-  const int64_t blocks = int64_t{p.batch} * p.num_heads_k, tiles = (p.seqlen_k + kGpuKvTile - 1) / kGpuKvTile;
+  const int64_t blocks = int64_t{p.batch} * p.num_heads_k, tiles = (p.seqlen_k + kTile - 1) / kTile;
   const int64_t want = std::max<int64_t>(1, std::min<int64_t>({(3 * num_sm) / blocks, tiles / 2, 128}));
   const int64_t per = (tiles + want - 1) / want;
   return static_cast<int32_t>((tiles + per - 1) / per);
@@ -278,7 +308,7 @@ struct Variant {
   int min_tiles;
   bool pdl;
   int splits(const FwdParams& p, int num_sm) const {
-    const int64_t tiles = (p.seqlen_k + kGpuKvTile - 1) / kGpuKvTile;
+    const int64_t tiles = (p.seqlen_k + kTile - 1) / kTile;
     return split_bps ? decode_num_splits(int64_t{p.batch} * p.num_heads_k, tiles, num_sm, split_bps, min_tiles)
                      : previous_splits(p, num_sm);
   }
@@ -298,7 +328,7 @@ int main() {
   const int shapes[][2] = {{1, 32768}, {32, 8192}};
   for (const auto& sh : shapes) {
     Bench b(sh[0], sh[1], num_sm, stream);
-    const int64_t tiles = (sh[1] + kGpuKvTile - 1) / kGpuKvTile;
+    const int64_t tiles = (sh[1] + kTile - 1) / kTile;
     const int splits = decode_num_splits(int64_t{sh[0]} * kHkv, tiles, num_sm, DecodeDefault::kBlocksPerSm,
                                          kDecodeMinTilesPerSplit);
     DecodeLaunch fwd_only;
@@ -329,7 +359,7 @@ int main(int argc, char** argv) {
   uint8_t* flush = nullptr;
   CK(cudaMalloc(&flush, size_t{256} << 20));
 
-  // "default" is what launch_fwd / choose_num_splits run (DecodeDefault, decode_config.h); the
+  // "default" is what the product runs (DecodeDefault, decode_config.h; choose_num_splits); the
   // others retrace the measured steps (legacy .. pdl) or change one knob. On sm_90 every variant
   // copies with the TMA engine (page boxes): there kRowCopy (legacy, sector) no longer changes anything.
   const Variant all[] = {
@@ -370,13 +400,13 @@ int main(int argc, char** argv) {
   for (const Shape& s : shapes) {
     Bench b(s.B, s.ctx, num_sm, stream);
     std::printf("\nB=%d ctx=%d: %.1f MB of K+V; choose_num_splits %d\n", s.B, s.ctx, b.kv_bytes() / 1e6,
-                choose_num_splits(b.p, num_sm));
-    std::vector<std::pair<int, Run>> old;  // split-N results by split count
-    const auto old_run = [&](int splits) -> const Run& {
-      for (const auto& o : old)
+                choose_num_splits(b.p, kDecode8, num_sm));
+    std::vector<std::pair<int, Run>> ref;  // the f16 pipeline's results by split count
+    const auto ref_run = [&](int splits) -> const Run& {
+      for (const auto& o : ref)
         if (o.first == splits) return o.second;
-      old.emplace_back(splits, b.run(Call{nullptr, splits, {}}));
-      return old.back().second;
+      ref.emplace_back(splits, b.run(Call{nullptr, splits, {}}));
+      return ref.back().second;
     };
     std::vector<Row> rows;
     for (const Variant* v : vars) {
@@ -384,10 +414,10 @@ int main(int argc, char** argv) {
       const DecodeLaunch opt{v->pdl, true};
       char what[64];
       std::snprintf(what, sizeof(what), "%s, 1 split:", v->name);
-      all_ok &= agree(what, old_run(1), b.run(Call{v->fn, 1, opt}));
+      all_ok &= agree(what, ref_run(1), b.run(Call{v->fn, 1, opt}));
       if (splits > 1) {
         std::snprintf(what, sizeof(what), "%s, %d splits:", v->name, splits);
-        all_ok &= agree(what, old_run(splits), b.run(Call{v->fn, splits, opt}));
+        all_ok &= agree(what, ref_run(splits), b.run(Call{v->fn, splits, opt}));
       }
       const Call c{v->fn, splits, opt}, fwd{v->fn, splits, DecodeLaunch{v->pdl, false}};
       rows.push_back(Row{v, splits, {b.time_eager(c, reps, nullptr), b.time_graph(c), b.time_eager(c, reps, flush),

@@ -1,14 +1,14 @@
 """fa3_peer's output and an nvidia-smi log of the same run -> one JSON record per shape.
 
-    python3 scripts/fa3_power.py FA3_OUTPUT SMI_CSV [--json OUT.json]
+    python3 lab/scripts/fa3_power.py FA3_OUTPUT SMI_CSV [--json OUT.json]
 
-FA3_OUTPUT holds the lines of ``tests/gpu/standalone/fa3_peer/fa3_peer --seconds S`` (the timed TFLOP/s,
+FA3_OUTPUT holds the lines of ``lab/standalone/fa3_peer/fa3_peer --seconds S`` (the timed TFLOP/s,
 then the epoch-ms window of S seconds back to back); SMI_CSV was written during that run by
 ``nvidia-smi --query-gpu=timestamp,power.draw,clocks.sm,clocks_event_reasons.sw_power_cap
 --format=csv,noheader,nounits -lms 100``. Per shape: TFLOP/s (timed as ``python -m fp8attn.bench`` times),
 sustained TFLOP/s, mean power and SM clock over the window (its first 300 ms left out), cycles and
 joules per call, and how many samples had the power cap active -- the columns of
-``scripts/power_clock.py``, for a kernel that cannot be called from Python here.
+``lab/scripts/power_clock.py``, for a kernel that cannot be called from Python here.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """One prefill call of fp8attn and one of cuDNN's FP8 SDPA, for Nsight Compute side by side.
 
-    ncu --profile-from-start off --clock-control none ... python3 scripts/ncu_prefill.py [--d 128] [--causal]
+    ncu --profile-from-start off --clock-control none ... python3 lab/scripts/ncu_prefill.py [--d 128] [--causal]
 
 Inputs, scales and the cuDNN graph are those of ``python -m fp8attn.bench`` (1 x 32 heads x 8192 by default);
 both run a few times first (cuDNN builds its plan, caches warm), then once each between

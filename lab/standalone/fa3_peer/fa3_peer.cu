@@ -8,10 +8,10 @@
 //   fa3_peer [--seconds S]   prints one line per shape: TFLOP/s timed as fp8attn.bench times its rows,
 //                            the sampled rows' max |error| against the CPU, and (with --seconds) the
 //                            TFLOP/s of S seconds back to back with their epoch-ms window, for an
-//                            external power sampler (nvidia-smi), as scripts/power_clock.py measures.
+//                            external power sampler (nvidia-smi), as lab/scripts/power_clock.py measures.
 //   fa3_peer --profile D[c]  one call of that shape (e.g. 128c: 1x32x8192x128 causal) between
 //                            cudaProfilerStart / Stop, after the check and 3 more, for
-//                            ncu --profile-from-start off (as scripts/ncu_prefill.py for fp8attn).
+//                            ncu --profile-from-start off (as lab/scripts/ncu_prefill.py for fp8attn).
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
 #include <cuda_profiler_api.h>
@@ -98,7 +98,7 @@ static void timed(const char* label, Call& call, double flops, double max_err, d
   std::printf("fa3 fp8 %s  %.3f ms  %.0f TFLOP/s  max|err| %.4f (max|ref| %.3f)  NaN outputs %d\n", label, med,
               flops / med / 1e9, max_err, max_ref, nan);
   std::fflush(stdout);
-  if (seconds > 0) {  // as scripts/power_clock.py: 1 s of warm-up, then the window a sampler averages over
+  if (seconds > 0) {  // as lab/scripts/power_clock.py: 1 s of warm-up, then the window a sampler averages over
     const auto now_ms = [] {
       return (long long)std::chrono::duration_cast<std::chrono::milliseconds>(
                  std::chrono::system_clock::now().time_since_epoch()).count();

@@ -1,6 +1,6 @@
 // Kernel-level check and timing of the Hopper wgmma pipeline against the portable f16 pipeline
 // (same tiles and quantization points, known correct against the CPU oracle), without torch: a
-// quick loop on an H200 before the full GPU suite. Build: tests/gpu/standalone/build.sh.
+// quick loop on an H200 before the full GPU suite. Build: lab/standalone/build.sh.
 //   wgmma_check [--quick]      agreement on contract cases, then TFLOP/s of both pipelines
 //   wgmma_check --profile D CAUSAL [KV_TILE]   one wgmma launch of 1 x 32 x 8192 (for ncu)
 //   wgmma_check_trace [KV_TILE]  (built with -DFP8ATTN_EVENT_TRACE) an event trace of the wgmma
@@ -24,6 +24,7 @@
 #include "event_stats.h"  // (the same, accounting instead of recording)
 #endif
 #include "cuda_check.h"
+#include "kernels/fwd/dispatch.h"
 #include "kernels/fwd/kernel_wgmma.h"
 #include "kernels/fwd/pipeline_decode.h"
 
@@ -31,15 +32,29 @@ using namespace fp8attn;
 
 int g_kv_tile = 64;
 
+// The portable side: the f16 pipeline, or the decode kernels for <= 16 packed rows (as the kernel
+// table chooses on sm_90).
+template <class P>
+void launch_portable(const FwdParams& p) {
+  const int64_t rows = static_cast<int64_t>(p.seqlen_q) * (p.num_heads / p.num_heads_k);
+  using F16 = FwdPolicyNvF16<P>;
+  if (rows <= 8)
+    launch_decode_with<P, FwdPolicyNvDecode<P, 1>>(p, 0);
+  else if (rows <= 16)
+    launch_decode_with<P, FwdPolicyNvDecode<P, 2>>(p, 0);
+  else
+    launch_with<P, F16, FwdPipelineNvF16<P, F16>>(p, 0);
+}
+
 template <int D, MaskKind M>
 void launch(bool wgmma, const FwdParams& p) {
   using P = FwdProblem<D, Fp8Kind::E4M3FN, M>;
   if constexpr (D <= 128)
-    if (wgmma && g_kv_tile == 128) return launch_fwd<P, NvPipe::kWgmma, 128>(p, 0);
+    if (wgmma && g_kv_tile == 128) return launch_fwd_wgmma<P, 128>(p, 0);
   if (wgmma)
-    launch_fwd<P, NvPipe::kWgmma>(p, 0);
+    launch_fwd_wgmma<P, 64>(p, 0);
   else
-    launch_fwd<P, NvPipe::kF16>(p, 0);
+    launch_portable<P>(p);
 }
 
 void dispatch(bool wgmma, const FwdParams& p) {

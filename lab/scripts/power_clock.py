@@ -1,6 +1,6 @@
 """Power draw and SM clock while fp8attn and cuDNN's FP8 SDPA each run one prefill shape back to back.
 
-    python3 scripts/power_clock.py [--d 128] [--causal] [--seconds 4]
+    python3 lab/scripts/power_clock.py [--d 128] [--causal] [--seconds 4]
 
 Inputs, scales and the cuDNN graph are those of ``python -m fp8attn.bench``. Each kernel runs for
 ``--seconds`` after a warm-up while ``nvidia-smi`` samples power, clock and the clock-event reasons every

@@ -36,6 +36,7 @@ __device__ __forceinline__ void trace_record(int event) {
   if (n < kTraceEvents) g_trace[b][w][n] = (static_cast<unsigned long long>(event) << 56) | (t & ((1ull << 56) - 1));
 }
 #define FP8ATTN_TRACE(event) trace_record(event)
+#include "kernels/trace.h"  // the event names (no kernel includes it)
 
 // Before a traced launch: clears the counts and starts a new generation (so the shared counters,
 // whatever an earlier launch left in that shared memory, restart at 0).

@@ -1,7 +1,7 @@
 """The instruction mix of the wgmma consumer's KV loop in a cubin's SASS (no GPU needed).
 
-    nvdisasm -c fwd_sm90a_hd128_e4m3fn_nomask_kv128.cubin > k.sass
-    python3 scripts/sass_loop.py k.sass
+    nvdisasm -c fwd_wgmma_hd128_e4m3fn_nomask_kv128.cubin > k.sass
+    python3 lab/scripts/sass_loop.py k.sass
 
 The loop is the smallest range between a backward branch and its target that holds 60 or more
 MUFU.EX2 (a tile's softmax), an m64n8 QGMMA (the row sums) and an mbarrier try_wait: the steady

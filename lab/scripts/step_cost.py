@@ -1,6 +1,6 @@
 """Per-step and per-item cost of the prefill kernels, by regression over the key length.
 
-    python3 scripts/step_cost.py [--peers] [--out FILE]
+    python3 lab/scripts/step_cost.py [--peers] [--out FILE]
 
 At a fixed q shape (1 x 32 heads x 8192 rows, non-causal) the time is T(Sk) = a + b Sk: b is the cost
 of the KV steps, a what every work item pays once (Q load, epilogue, pipeline fill and drain) plus the

@@ -5,7 +5,7 @@
 Relative L2 error of the un-rounded output (fp32 out), random normal FP8 inputs with amax scales,
 averaged over problems. Writes docs/numerics.json and prints a markdown table.
 
-    python scripts/measure_numerics.py [--out docs/numerics.json]
+    python lab/scripts/measure_numerics.py [--out docs/numerics.json]
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
 from cases import make_case, rel_l2  # noqa: E402
 
 from fp8attn.quant import default_p_scale, fp8_max  # noqa: E402

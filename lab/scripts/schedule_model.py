@@ -1,4 +1,4 @@
-"""Load balance of the Hopper pipeline's work-item orders, modelled: ``python3 scripts/schedule_model.py``.
+"""Load balance of the Hopper pipeline's work-item orders, modelled: ``python3 lab/scripts/schedule_model.py``.
 
 An item (one block of 128 packed rows of one (batch, kv head)) costs its KV tiles of 128 keys plus a fixed
 per-item overhead; items come in launch order (make_block: masked problems level by level, the longest level

@@ -1,8 +1,8 @@
 """Summarize Nsight Compute's per-SASS-instruction page of each kernel in a report, side by side.
 
-    ncu --profile-from-start off --clock-control none --set full --export r python3 scripts/ncu_prefill.py ...
+    ncu --profile-from-start off --clock-control none --set full --export r python3 lab/scripts/ncu_prefill.py ...
     ncu --import r.ncu-rep --page source --print-source sass --csv > r.csv
-    python3 scripts/ncu_source.py r.csv [--regions 12]
+    python3 lab/scripts/ncu_source.py r.csv [--regions 12]
 
 Per kernel: its SASS size, the warp-stall reasons over all sampled instructions, the samples and executions by
 opcode with each opcode's main stall reasons, and the hottest straight-line regions (runs of instructions with

@@ -2,9 +2,9 @@
 # Compare several revisions on one GPU machine in one call (the device tool copies the working tree,
 # not the git history, so the revisions are exported first):
 #
-#   scripts/gpu_variants.sh prepare REV...   here: each revision's sources -> variants/<short sha>
+#   lab/scripts/gpu_variants.sh prepare REV...   here: each revision's sources -> variants/<short sha>
 #                                            (untracked: the device copy carries them)
-#   scripts/gpu_variants.sh run [OUTDIR]     on the GPU machine: builds every variant in parallel, then
+#   lab/scripts/gpu_variants.sh run [OUTDIR]     on the GPU machine: builds every variant in parallel, then
 #                                            per variant the GPU suite and the benchmark (peers
 #                                            measured with the first variant only), and prints the
 #                                            fp8attn column of every variant side by side
@@ -12,14 +12,14 @@
 # Knobs (env): FP8ATTN_ARCHS (default sm90a), BENCH_ARGS (e.g. "--only decode"), ALL_PEERS=1 (every
 # variant's benchmark runs the peers too: the same work between fp8attn's rows, so the same thermal state --
 # without peers a variant's rows run back to back, hotter: identical D 256 code measured 7 % slower
-# second, docs/h200-logs/48-*), FP8ATTN_HEAD_DIMS (build filter), STEP_TIMEOUT
+# second, lab/h200-logs/48-*), FP8ATTN_HEAD_DIMS (build filter), STEP_TIMEOUT
 # (seconds per test / bench step, default 300), SKIP_TESTS=1 (benchmark only: diagnostic builds that
 # compute wrong results on purpose), SANITIZE=racecheck (or memcheck: that
 # compute-sanitizer tool over tests/gpu/sanitize_cases.py per variant, its summary line printed), KEEP_ALL=1 (keep each variant's bench.md / .png and
 # build.rc: by default only bench.json, and build.log of a failed build, stay in OUTDIR -- the device
 # tool brings back at most 8 files). Remove variants/ afterwards.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 cmd=${1:-}
 shift || true
 if [ "$cmd" = prepare ]; then

@@ -1,12 +1,12 @@
 """Summarize an event trace printed by the standalone checks built with -DFP8ATTN_EVENT_TRACE
-(tests/gpu/standalone/event_trace.h: lines "block B warp W (N events): e@ns e@ns ...").
+(lab/standalone/event_trace.h: lines "block B warp W (N events): e@ns e@ns ...").
 
 For every recorded warp the time between consecutive events is charged to that pair of events
 (named from csrc/kernels/trace.h); per warp role (the warp index: 0 the wgmma producer, 4 and 8 the
 consumer leaders, ...) the pairs are listed by their share of the role's traced time, with count
 and mean. Which wait eats a step is then one line, instead of a reading of thousands of stamps.
 
-    python3 scripts/trace_summary.py TRACE.txt [--top N]
+    python3 lab/scripts/trace_summary.py TRACE.txt [--top N]
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import itertools
 import pathlib
 import re
 
-TRACE_H = pathlib.Path(__file__).resolve().parent.parent / "csrc" / "kernels" / "trace.h"
+TRACE_H = pathlib.Path(__file__).resolve().parents[2] / "csrc" / "kernels" / "trace.h"
 LINE = re.compile(r"block\s+(\d+)\s+warp\s+(\d+)\s+\(\d+ events\):(.*)")
 
 
