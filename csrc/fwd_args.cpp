@@ -10,12 +10,12 @@
 #include <vector>
 
 #include "kernels/numeric/fp8.h"
+#include "kernels/shapes.h"
 #include "kernels/variant.h"
 
 namespace fp8attn {
 namespace {
 
-constexpr int64_t kHeadDims[] = {64, 80, 96, 112, 128, 192, 256};
 // The widest KV tile of any implementation (the Hopper wgmma pipeline's); the CPU takes any tile
 // up to it, the GPU kernels their own (fwd_unsupported_reason).
 constexpr int64_t kMaxKvTile = 128;
@@ -26,7 +26,7 @@ using NamedOpt = std::pair<const char*, const std::optional<at::Tensor>*>;
 
 std::string head_dims_str() {
   std::string s;
-  for (int64_t d : kHeadDims) s += (s.empty() ? "" : ", ") + std::to_string(d);
+  for (const int32_t d : kHeadDims) s += (s.empty() ? "" : ", ") + std::to_string(d);
   return s;
 }
 
@@ -499,7 +499,7 @@ void check_no_overlap(const at::Tensor& dst, const char* dst_name,
 }
 
 bool is_supported_head_dim(int64_t d) {
-  for (int64_t h : kHeadDims)
+  for (const int32_t h : kHeadDims)
     if (h == d) return true;
   return false;
 }
