@@ -15,15 +15,13 @@
 #include "cpu/isa.h"
 #include "cpu/item.h"
 #include "kernels/mask.h"
-#include "kernels/numeric/half.h"
 #include "kernels/seqinfo.h"
 #include "kernels/variant.h"
 
 namespace fp8attn::cpu {
 namespace {
 
-constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-constexpr int32_t kTargetLanes = 64;  // rows per item: enough to amortize packing each K/V tile
+constexpr int32_t kTargetLanes = 128;  // rows per item: enough to amortize packing each K/V tile
 
 struct WorkItem {
   int32_t b, hkv, h0, heads;  // q heads [h0, h0 + heads) of kv head hkv
@@ -32,14 +30,6 @@ struct WorkItem {
 };
 
 float scale_at(const float* s, int32_t stride, int32_t head) { return s ? s[head * stride] : 1.f; }
-
-template <Fp8Kind K>
-struct DecodeTable {
-  float v[256];
-  DecodeTable() {
-    for (int c = 0; c < 256; ++c) v[c] = fp8_decode<K>(static_cast<uint8_t>(c));
-  }
-};
 
 // A per-thread buffer reused across calls (no allocation per call once it has grown).
 void* thread_buffer(size_t bytes) {
@@ -128,44 +118,24 @@ class Forward {
   // A tile longer than the sequence is the whole sequence: one online-softmax step either way.
   int32_t tile_of(const SeqInfo& s) const { return tile_ >= s.k_len ? std::max(1, s.k_len) : tile_; }
 
-  float load_q(int64_t off) const {
-    switch (p_.q_type) {
-      case ElemType::BF16: return bf16_decode(static_cast<const uint16_t*>(p_.q)[off]);
-      case ElemType::FP16: return fp16_decode(static_cast<const uint16_t*>(p_.q)[off]);
-      default: return dec_.v[static_cast<const uint8_t*>(p_.q)[off]];
-    }
-  }
-
-  void store_out(int64_t off, float o, float inv_out_scale) const {
-    switch (p_.out_type) {
-      case ElemType::BF16: static_cast<uint16_t*>(p_.out)[off] = bf16_encode(o); break;
-      case ElemType::FP16: static_cast<uint16_t*>(p_.out)[off] = fp16_encode(o); break;
-      default: static_cast<uint8_t*>(p_.out)[off] = fp8_encode<K>(o * inv_out_scale);
-    }
-  }
-
   void run_item(const WorkItem& w) const {
     const int D = p_.head_dim;
     const int n = w.rows * w.heads;
     const SeqInfo s = SeqInfo::make(p_, w.b);
-    const int32_t tile = tile_of(s);
-    // One buffer per thread: the kernel's scratch, then q8 and acc [n][D], then m, l, scale, lo, hi [n].
+    // One buffer per thread: the kernel's scratch, then the lanes' lo, hi, logit scale, inverse q
+    // descale (4-byte) and q, out, lse offsets (8-byte).
     const size_t scratch = round64(kernel_.scratch_bytes(D, max_tile_, max_lanes_));
-    const size_t rows_bytes = round64(static_cast<size_t>(max_lanes_) * D * sizeof(float));
-    const size_t lane_bytes = round64(static_cast<size_t>(max_lanes_) * sizeof(float));
-    unsigned char* buf = static_cast<unsigned char*>(thread_buffer(scratch + 2 * rows_bytes + 5 * lane_bytes));
-    ItemArgs a;
-    a.scratch = buf;
-    float* q8 = reinterpret_cast<float*>(buf + scratch);
-    a.acc = reinterpret_cast<float*>(buf + scratch + rows_bytes);
-    a.m = reinterpret_cast<float*>(buf + scratch + 2 * rows_bytes);
-    a.l = a.m + lane_bytes / sizeof(float);
-    float* scale = a.l + lane_bytes / sizeof(float);
-    int32_t* lo = reinterpret_cast<int32_t*>(scale + lane_bytes / sizeof(float));
-    int32_t* hi = lo + lane_bytes / sizeof(int32_t);
+    const size_t lane4 = round64(static_cast<size_t>(max_lanes_) * 4), lane8 = round64(static_cast<size_t>(max_lanes_) * 8);
+    unsigned char* buf = static_cast<unsigned char*>(thread_buffer(scratch + 4 * lane4 + 3 * lane8));
+    int32_t* lo = reinterpret_cast<int32_t*>(buf + scratch);
+    int32_t* hi = reinterpret_cast<int32_t*>(buf + scratch + lane4);
+    float* scale = reinterpret_cast<float*>(buf + scratch + 2 * lane4);
+    float* inv_q = reinterpret_cast<float*>(buf + scratch + 3 * lane4);
+    int64_t* q_off = reinterpret_cast<int64_t*>(buf + scratch + 4 * lane4);
+    int64_t* o_off = q_off + lane8 / 8;
+    int64_t* lse_off = o_off + lane8 / 8;
 
-    // Lanes: q row major, head minor. q8: FP8 q as is; 16-bit q quantized with its descale
-    // (multiplied by the reciprocal, as the GPU does).
+    // Lanes: q row major, head minor.
     const Mask mask = Mask::make(p_.window_left, p_.window_right, p_.is_causal, s.q_len, s.k_len);
     const float k_descale = scale_at(p_.k_descale, p_.k_descale_head_stride, w.hkv);
     int32_t kb = s.k_len, ke = 0;
@@ -176,34 +146,40 @@ class Forward {
       const float q_descale = scale_at(p_.q_descale, p_.q_descale_head_stride, h);
       const LogitsTransform t = LogitsTransform::make(p_.softmax_scale, q_descale * k_descale, p_.softcap);
       scale[i] = t.has_softcap ? t.inv_softcap : t.scale_log2;
-      const float inv_q_descale = 1.f / q_descale;
-      const int64_t off = s.q_offset + static_cast<int64_t>(row) * p_.q_row_stride +
-                          static_cast<int64_t>(h) * p_.q_head_stride;
-      for (int d = 0; d < D; ++d) {
-        const float x = load_q(off + d);
-        q8[i * D + d] = p_.q_type == ElemType::FP8 ? x : fp8_decode<K>(fp8_encode<K>(x * inv_q_descale));
-      }
+      inv_q[i] = 1.f / q_descale;  // a 16-bit q is multiplied by the reciprocal, as the GPU does
+      q_off[i] = s.q_offset + static_cast<int64_t>(row) * p_.q_row_stride + static_cast<int64_t>(h) * p_.q_head_stride;
+      o_off[i] = s.o_offset + static_cast<int64_t>(row) * p_.o_row_stride + static_cast<int64_t>(h) * p_.o_head_stride;
+      lse_off[i] = s.lse_offset + static_cast<int64_t>(h) * p_.lse_head_stride + static_cast<int64_t>(row) * p_.lse_row_stride;
     }
-    if (kb < ke) {
-      const LogitsTransform t = LogitsTransform::make(p_.softmax_scale, 1.f, p_.softcap);
-      a.head_dim = D;
-      a.tile = tile;
-      a.lanes = n;
-      a.lo = lo;
-      a.hi = hi;
-      a.key_begin = kb;
-      a.key_end = ke;
-      a.q8 = q8;
-      a.logit_scale = scale;
-      a.softcap_log2 = t.has_softcap ? t.softcap_log2 : 0.f;
-      a.inv_p_scale = 1.f / (p_.p_scale_ptr ? *p_.p_scale_ptr : p_.p_scale_default);
-      a.kind = K;
-      a.keys = key_source(s, w.hkv);
-      kernel_.run(a);
-    } else {
-      std::fill(a.m, a.m + n, kNegInf);
-    }
-    epilogue(w, s, a);
+    const LogitsTransform t = LogitsTransform::make(p_.softmax_scale, 1.f, p_.softcap);
+    const float p_scale = p_.p_scale_ptr ? *p_.p_scale_ptr : p_.p_scale_default;
+    ItemArgs a;
+    a.head_dim = D;
+    a.tile = tile_of(s);
+    a.lanes = n;
+    a.lo = lo;
+    a.hi = hi;
+    a.key_begin = kb;
+    a.key_end = ke;
+    a.q = p_.q;
+    a.q_type = p_.q_type;
+    a.q_off = q_off;
+    a.inv_q_descale = inv_q;
+    a.logit_scale = scale;
+    a.softcap_log2 = t.has_softcap ? t.softcap_log2 : 0.f;
+    a.inv_p_scale = 1.f / p_scale;
+    a.kind = K;
+    a.keys = key_source(s, w.hkv);
+    a.out = p_.out;
+    a.out_type = p_.out_type;
+    a.o_off = o_off;
+    a.v_descale = scale_at(p_.v_descale, p_.v_descale_head_stride, w.hkv);
+    a.inv_out_scale = p_.out_scale ? 1.f / *p_.out_scale : 1.f;
+    a.p_scale = p_scale;
+    a.lse = p_.lse;
+    a.lse_off = lse_off;
+    a.scratch = buf;
+    kernel_.run(a);
   }
 
   KeySource key_source(const SeqInfo& s, int32_t hkv) const {
@@ -223,33 +199,10 @@ class Forward {
     return k;
   }
 
-  // O = acc · p_scale · v_descale / l with l the sum of p8 (so p_scale cancels), lse = m ln2 + ln(l p_scale);
-  // rows that saw no key give 0 and -inf.
-  void epilogue(const WorkItem& w, const SeqInfo& s, const ItemArgs& a) const {
-    const int D = p_.head_dim;
-    const float v_descale = scale_at(p_.v_descale, p_.v_descale_head_stride, w.hkv);
-    const float p_scale = p_.p_scale_ptr ? *p_.p_scale_ptr : p_.p_scale_default;
-    const float inv_out_scale = p_.out_scale ? 1.f / *p_.out_scale : 1.f;
-    for (int i = 0; i < w.rows * w.heads; ++i) {
-      const int32_t row = w.row0 + i / w.heads, h = w.h0 + i % w.heads;
-      const bool empty = a.m[i] == kNegInf;
-      const float o_scale = empty ? 0.f : v_descale / a.l[i];
-      const int64_t off = s.o_offset + static_cast<int64_t>(row) * p_.o_row_stride +
-                          static_cast<int64_t>(h) * p_.o_head_stride;
-      const float* acc = a.acc + static_cast<int64_t>(i) * D;
-      for (int d = 0; d < D; ++d) store_out(off + d, empty ? 0.f : acc[d] * o_scale, inv_out_scale);
-      if (p_.lse) {
-        p_.lse[s.lse_offset + static_cast<int64_t>(h) * p_.lse_head_stride + static_cast<int64_t>(row) * p_.lse_row_stride] =
-            empty ? kNegInf : a.m[i] * kLn2 + std::log(a.l[i] * p_scale);
-      }
-    }
-  }
-
   const FwdParams& p_;
   const Kernel kernel_;
   const int32_t tile_;
   const int32_t group_;
-  const DecodeTable<K> dec_;
   std::vector<WorkItem> work_;
   int32_t max_lanes_ = 1, max_tile_ = 1;
 };

@@ -12,6 +12,8 @@
 #include <cstring>
 
 #include "cpu/item.h"
+#include "kernels/numeric/fp8.h"
+#include "kernels/variant.h"
 
 namespace fp8attn::cpu {
 namespace {
@@ -36,6 +38,7 @@ struct ScalarOps {
   static F copysign(F mag, F sign) { return std::copysign(mag, sign); }
   static M lt(F a, F b) { return a < b; }
   static M gt(F a, F b) { return a > b; }
+  static M eq(F a, F b) { return a == b; }
   static M isnan(F a) { return a != a; }
   static F select(M m, F a, F b) { return m ? a : b; }
   static I bits(F x) {
@@ -53,9 +56,12 @@ struct ScalarOps {
   static I ori(I a, I b) { return a | b; }
   static I srli(I a, int n) { return a >> n; }
   static I slli(I a, int n) { return a << n; }
+  static I subi(I a, I b) { return a - b; }
+  static I selecti(M m, I a, I b) { return m ? a : b; }
   static M lti(I a, I b) { return a < b; }
   static M eqi(I a, I b) { return a == b; }
   static F cvti(I a) { return static_cast<F>(a); }
+  static I cvtf2i(F a) { return a == a ? static_cast<I>(a) : 0u; }  // a integral, in [0, 2^31)
 };
 
 // 2^f on [-1/2, 1/2] = 1 + f·(c1 + f·(c2 + ...)): a minimax fit of (2^f - 1)/f (relative error 1.1e-8).
@@ -114,6 +120,56 @@ typename O::F fp8_round(typename O::F y) {
   return O::select(O::isnan(y), y, O::select(O::lt(y, O::set1(min_normal)), sub, normal));
 }
 
+// The value of sat(y), any sign: fp8_decode(fp8_encode(y)) (e4m3fnuz has no -0).
+template <class O, Fp8Kind K>
+typename O::F fp8_round_signed(typename O::F y) {
+  const auto r = O::copysign(fp8_round<O, K>(O::abs(y)), y);
+  return K == Fp8Kind::E4M3FNUZ ? O::select(O::eq(r, O::set1(0.f)), O::set1(0.f), r) : r;
+}
+
+// The FP8 code of sat(x) in each lane's low byte: fp8_encode<K> on the bits.
+template <class O, Fp8Kind K>
+typename O::I fp8_code(typename O::F x) {
+  constexpr uint32_t bias = K == Fp8Kind::E4M3FN ? 7 : 8;
+  constexpr float kMax = K == Fp8Kind::E4M3FN ? 448.f : 240.f;
+  const auto sign = O::andi(O::srli(O::bits(x), 24), O::set1i(0x80u));
+  auto a = O::abs(x);
+  const auto nan = O::isnan(a);
+  a = O::select(O::gt(a, O::set1(kMax)), O::set1(kMax), a);
+  const auto b = O::addi(O::bits(a), O::addi(O::set1i(0x7ffffu), O::andi(O::srli(O::bits(a), 20), O::set1i(1u))));
+  const auto normal = O::subi(O::srli(b, 20), O::set1i((127u - bias) << 3));
+  const auto sub = O::cvtf2i(O::round_even(O::mul(a, O::set1(pow2(2 + static_cast<int>(bias))))));
+  const auto mag = O::selecti(O::lt(a, O::set1(pow2(1 - static_cast<int>(bias)))), sub, normal);
+  auto code = O::ori(sign, mag);
+  if (K == Fp8Kind::E4M3FNUZ) code = O::selecti(O::eqi(mag, O::set1i(0u)), O::set1i(0u), code);
+  return O::selecti(nan, O::set1i(Fp8Traits<K>::kNaN), code);
+}
+
+// bf16_encode on the bits (in each lane's low 16 bits).
+template <class O>
+typename O::I bf16_bits(typename O::F x) {
+  const auto u = O::bits(x);
+  const auto nan = O::lti(O::set1i(0x7f800000u), O::andi(u, O::set1i(0x7fffffffu)));
+  const auto r = O::srli(O::addi(u, O::addi(O::set1i(0x7fffu), O::andi(O::srli(u, 16), O::set1i(1u)))), 16);
+  return O::selecti(nan, O::ori(O::srli(u, 16), O::set1i(0x40u)), r);
+}
+
+// fp16_encode on the bits (in each lane's low 16 bits).
+template <class O>
+typename O::I fp16_bits(typename O::F x) {
+  const auto u = O::bits(x);
+  const auto sign = O::andi(O::srli(u, 16), O::set1i(0x8000u));
+  const auto au = O::andi(u, O::set1i(0x7fffffffu));
+  const auto a = O::from_bits(au);
+  const auto b = O::addi(au, O::addi(O::set1i(0xfffu), O::andi(O::srli(au, 13), O::set1i(1u))));
+  const auto normal = O::subi(O::srli(b, 13), O::set1i(112u << 10));
+  const auto sub = O::cvtf2i(O::round_even(O::mul(a, O::set1(pow2(24)))));
+  auto mag = O::selecti(O::lt(a, O::set1(pow2(-14))), sub, normal);
+  mag = O::selecti(O::lt(a, O::set1(65520.f)), mag, O::set1i(0x7c00u));  // rounds to inf
+  const auto nan = O::lti(O::set1i(0x7f800000u), au);
+  return O::ori(sign, O::selecti(nan, O::set1i(0x7e00u), mag));
+}
+
 // The value of each FP8 code (c in the low byte of each lane): fp8_decode<K>, on the bits.
 template <class O, Fp8Kind K>
 typename O::F fp8_value(typename O::I c) {
@@ -126,6 +182,10 @@ typename O::F fp8_value(typename O::I c) {
   const auto nan = K == Fp8Kind::E4M3FN ? O::eqi(mag, O::set1i(0x7fu)) : O::eqi(c, O::set1i(0x80u));
   return O::select(nan, O::from_bits(O::set1i(0x7fc00000u)), signed_v);
 }
+
+// The epilogue's per-lane factors (design.md §1; l sums p8, so p_scale cancels in O = acc · factor).
+inline float out_factor(float m, float l, float v_descale) { return m == -INFINITY ? 0.f : v_descale / l; }
+inline float lane_lse(float m, float l, float p_scale) { return m == -INFINITY ? -INFINITY : m * kLn2 + logf(l * p_scale); }
 
 // Key j's K and V rows in the item's sequence (dense / varlen rows, or paged through the block table;
 // an entry out of range reads block 0, as SeqInfo::valid_block does).

@@ -3,11 +3,9 @@
 // instruction set). Plain data only: the per-ISA translation units share no code with the rest.
 //
 // A work item is a set of query rows ("lanes": q rows x q heads of one kv head of one sequence)
-// that share one pass over the keys. For each lane the kernel runs design.md §1's online softmax
-// over KV tiles aligned at multiples of `tile` from key 0 and returns the unnormalized accumulator,
-// the running max m (log2 units) and l (the sum of the quantized P); the driver's epilogue turns
-// them into the output and the lse. Every kernel computes the same bits (see kernel_scalar.cpp for
-// the order of every sum).
+// that share one pass over the keys. For each lane the kernel quantizes q, runs design.md §1's online
+// softmax over KV tiles aligned at multiples of `tile` from key 0, and writes the lane's output row
+// and lse. Every kernel computes the same bits (kernel_scalar.cpp fixes the order of every sum).
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -39,15 +37,25 @@ struct ItemArgs {
   const int32_t* lo = nullptr;
   const int32_t* hi = nullptr;
   int32_t key_begin = 0, key_end = 0;
-  const float* q8 = nullptr;           // [lanes][head_dim]: the FP8 values of q
+  // Lane r's q row: head_dim elements of q_type at q + q_off[r]; a 16-bit q becomes sat(q · inv_q_descale[r]).
+  const void* q = nullptr;
+  ElemType q_type = ElemType::FP8;
+  const int64_t* q_off = nullptr;
+  const float* inv_q_descale = nullptr;
   const float* logit_scale = nullptr;  // [lanes]: log2-unit logit = dot·scale, or softcap_log2·tanh(dot·scale)
   float softcap_log2 = 0.f;            // 0: no softcap
   float inv_p_scale = 1.f;             // p8 = sat(p · inv_p_scale)
   Fp8Kind kind = Fp8Kind::E4M3FN;
   KeySource keys;
-  float* acc = nullptr;  // out: [lanes][head_dim], sum of p8 · v8 (not normalized)
-  float* m = nullptr;    // out: [lanes], running max in log2 units (-inf: the lane saw no key)
-  float* l = nullptr;    // out: [lanes], sum of p8
+  // Lane r's output row at out + o_off[r] (elements of out_type): O = acc · v_descale / l, stored as
+  // sat(O · inv_out_scale) (FP8) or O (16-bit); lse[lse_off[r]] = m·ln2 + ln(l·p_scale) when lse is
+  // not null. A lane that saw no key writes 0 and -inf.
+  void* out = nullptr;
+  ElemType out_type = ElemType::BF16;
+  const int64_t* o_off = nullptr;
+  float v_descale = 1.f, inv_out_scale = 1.f, p_scale = 1.f;
+  float* lse = nullptr;
+  const int64_t* lse_off = nullptr;
   void* scratch = nullptr;  // the kernel's scratch_bytes(head_dim, tile, lanes) bytes, 64-byte aligned
 };
 

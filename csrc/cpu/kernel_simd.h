@@ -163,16 +163,66 @@ struct RowsKernel {
           hi_min[v] = imin(hi_min[v], hi[r]), hi_max[v] = imax(hi_max[v], hi[r]);
         }
       }
-      for (int p = 0; p < D / 2; ++p)  // Q^T: pair vectors over lanes, padding lanes zero
-        for (int v = 0; v < rv; ++v) {
-          E* dst = qt + (static_cast<size_t>(p) * rv + v) * 2 * W;
-          for (int i = 0; i < W; ++i) {
-            const int r = v * W + i;
-            for (int t = 0; t < 2; ++t)
-              dst[P::vidx(i, t)] = P::to_e(r < a.lanes ? a.q8[static_cast<size_t>(r) * D + 2 * p + t] : 0.f);
+      // Q^T: pair vectors over lanes, padding lanes zero.
+      alignas(64) float q[256];
+      for (int v = 0; v < rv; ++v)
+        for (int i = 0; i < W; ++i) {
+          const int r = v * W + i;
+          if (r < a.lanes) {
+            load_q(r, q);
+          } else {
+            std::memset(q, 0, sizeof(float) * D);
           }
+          for (int p = 0; p < D / 2; ++p)
+            for (int t = 0; t < 2; ++t) qt[(static_cast<size_t>(p) * rv + v) * 2 * W + P::vidx(i, t)] = P::to_e(q[2 * p + t]);
         }
       std::memset(ot, 0, sizeof(float) * D * rv * W);
+    }
+
+    // Lane r's q8 values (a 16-bit q quantized).
+    void load_q(int r, float* q) const {
+      const int64_t off = a.q_off[r];
+      const F inv = O::set1(a.q_type == ElemType::FP8 ? 1.f : a.inv_q_descale[r]);
+      for (int d = 0; d < D; d += W) {
+        if (a.q_type == ElemType::FP8) {
+          O::store(q + d, fp8_value<O, K>(O::load_u8(static_cast<const uint8_t*>(a.q) + off + d)));
+        } else {
+          const uint16_t* src = static_cast<const uint16_t*>(a.q) + off + d;
+          const F x = a.q_type == ElemType::BF16 ? O::load_bf16(src) : O::load_fp16(src);
+          O::store(q + d, fp8_round_signed<O, K>(O::mul(x, inv)));
+        }
+      }
+    }
+
+    // The lanes' output rows and lse from O^T (ItemArgs' epilogue).
+    void epilogue() const {
+      alignas(64) float fac[W];
+      alignas(64) uint32_t code[W];
+      for (int v = 0; v < rv; ++v) {
+        const int n = imin(W, a.lanes - v * W);
+        for (int i = 0; i < W; ++i) {
+          const int r = v * W + i;
+          fac[i] = i < n ? out_factor(m[r], l[r], a.v_descale) : 0.f;
+          if (i < n && a.lse) a.lse[a.lse_off[r]] = lane_lse(m[r], l[r], a.p_scale);
+        }
+        const F f = O::load(fac), inv_out = O::set1(a.inv_out_scale);
+        for (int d = 0; d < D; ++d) {
+          const F o = O::mul(O::load(ot + (static_cast<size_t>(d) * rv + v) * W), f);
+          switch (a.out_type) {
+            case ElemType::BF16: O::store(reinterpret_cast<float*>(code), O::from_bits(bf16_bits<O>(o))); break;
+            case ElemType::FP16: O::store(reinterpret_cast<float*>(code), O::from_bits(fp16_bits<O>(o))); break;
+            default: O::store(reinterpret_cast<float*>(code), O::from_bits(fp8_code<O, K>(O::mul(o, inv_out))));
+          }
+          for (int i = 0; i < n; ++i) {
+            const int64_t at = a.o_off[v * W + i] + d;
+            if (a.out_type == ElemType::FP8) {
+              static_cast<uint8_t*>(a.out)[at] = static_cast<uint8_t>(code[i]);
+            } else {
+              static_cast<uint16_t*>(a.out)[at] = static_cast<uint16_t>(code[i]);
+            }
+          }
+        }
+      }
     }
 
     // Some lane of row vector v sees a key of [j0, j1).
@@ -312,6 +362,14 @@ struct RowsKernel {
       }
     }
 
+    // Rows of keys [j0, j1) into the cache ahead of use (consecutive keys are a head stride apart).
+    void prefetch(int32_t j0, int32_t j1, bool is_v) const {
+      for (int32_t j = j0; j < j1; ++j) {
+        const char* row = reinterpret_cast<const char*>(key_row(a.keys, j, is_v));
+        for (int off = 0; off < D; off += 64) O::prefetch(row + off);
+      }
+    }
+
     void run() {
       setup();
       const int32_t tile = a.tile;
@@ -339,6 +397,8 @@ struct RowsKernel {
               P::template convert_row<K>(key_row(a.keys, j, false), dst, D);
             }
           }
+          prefetch(c1, imin(c1 + kChunk, a.key_end), false);  // the next chunk's keys
+          prefetch(imax(c0, ja), c1, true);                     // and this chunk's values, used below
           for_groups(act, c0, c1, [&](int v, int n) { n == 2 ? qk<2>(v, c0, c1, cb) : qk<1>(v, c0, c1, cb); });
         }
         for (int v = 0; v < rv; ++v)
@@ -360,12 +420,7 @@ struct RowsKernel {
           if (act[v])
             for (int i = v * W; i < (v + 1) * W; ++i) l[i] = l[i] * alpha[i] + static_cast<float>(ltile[i]);
       }
-      for (int r = 0; r < a.lanes; ++r) {
-        float* out = a.acc + static_cast<size_t>(r) * D;
-        for (int d = 0; d < D; ++d) out[d] = ot[(static_cast<size_t>(d) * rv + r / W) * W + r % W];
-        a.m[r] = m[r];
-        a.l[r] = l[r];
-      }
+      epilogue();
     }
   };
 
@@ -374,10 +429,9 @@ struct RowsKernel {
     constexpr int kMaxLanes = kMaxVectors * W;
     for (int r0 = 0; r0 < args.lanes; r0 += kMaxLanes) {
       ItemArgs a = args;
-      const size_t D = static_cast<size_t>(args.head_dim);
       a.lanes = imin(kMaxLanes, args.lanes - r0);
-      a.lo += r0, a.hi += r0, a.logit_scale += r0, a.m += r0, a.l += r0;
-      a.q8 += r0 * D, a.acc += r0 * D;
+      a.lo += r0, a.hi += r0, a.logit_scale += r0, a.inv_q_descale += r0;
+      a.q_off += r0, a.o_off += r0, a.lse_off += r0;
       const Layout L(a.head_dim, a.tile, a.lanes);
       if (a.kind == Fp8Kind::E4M3FN) {
         Item<Fp8Kind::E4M3FN>(a, L).run();

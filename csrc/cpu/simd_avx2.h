@@ -15,6 +15,8 @@ struct Avx2Ops {
   using F = __m256;
   using I = __m256i;
   using M = __m256;
+  // A cache-line prefetch GCC cannot drop (it deletes loops of _mm_prefetch whose addresses need loads).
+  static void prefetch(const void* p) { __asm__ volatile("prefetcht0 %0" : : "m"(*static_cast<const char*>(p))); }
   static F set1(float x) { return _mm256_set1_ps(x); }
   static I set1i(uint32_t x) { return _mm256_set1_epi32(static_cast<int>(x)); }
   static F zero() { return _mm256_setzero_ps(); }
@@ -63,6 +65,19 @@ struct Avx2Ops {
   static I ori(I a, I b) { return _mm256_or_si256(a, b); }
   static I srli(I a, int n) { return _mm256_srli_epi32(a, n); }
   static I slli(I a, int n) { return _mm256_slli_epi32(a, n); }
+  static I subi(I a, I b) { return _mm256_sub_epi32(a, b); }
+  static I selecti(M m, I a, I b) { return _mm256_blendv_epi8(b, a, _mm256_castps_si256(m)); }
+  static I cvtf2i(F a) { return _mm256_cvttps_epi32(a); }
+  static F load_bf16(const uint16_t* p) {
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))), 16));
+  }
+  static F load_fp16(const uint16_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
+  static __m128i pack_u16(I x) { return _mm_packus_epi32(_mm256_castsi256_si128(x), _mm256_extracti128_si256(x, 1)); }
+  static void store_u8(uint8_t* p, I x) {
+    const __m128i w = pack_u16(x);
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(p), _mm_packus_epi16(w, w));
+  }
+  static void store_u16(uint16_t* p, I x) { _mm_storeu_si128(reinterpret_cast<__m128i*>(p), pack_u16(x)); }
   static M lti(I a, I b) { return _mm256_castsi256_ps(_mm256_cmpgt_epi32(b, a)); }
   static M eqi(I a, I b) { return _mm256_castsi256_ps(_mm256_cmpeq_epi32(a, b)); }
   static F cvti(I a) { return _mm256_cvtepi32_ps(a); }

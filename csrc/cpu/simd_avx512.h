@@ -14,6 +14,8 @@ struct Avx512Ops {
   using F = __m512;
   using I = __m512i;
   using M = __mmask16;
+  // A cache-line prefetch GCC cannot drop (it deletes loops of _mm_prefetch whose addresses need loads).
+  static void prefetch(const void* p) { __asm__ volatile("prefetcht0 %0" : : "m"(*static_cast<const char*>(p))); }
   static F set1(float x) { return _mm512_set1_ps(x); }
   static I set1i(uint32_t x) { return _mm512_set1_epi32(static_cast<int>(x)); }
   static F zero() { return _mm512_setzero_ps(); }
@@ -50,6 +52,15 @@ struct Avx512Ops {
   static I ori(I a, I b) { return _mm512_or_si512(a, b); }
   static I srli(I a, int n) { return _mm512_srli_epi32(a, static_cast<unsigned>(n)); }
   static I slli(I a, int n) { return _mm512_slli_epi32(a, static_cast<unsigned>(n)); }
+  static I subi(I a, I b) { return _mm512_sub_epi32(a, b); }
+  static I selecti(M m, I a, I b) { return _mm512_mask_blend_epi32(m, b, a); }
+  static I cvtf2i(F a) { return _mm512_cvttps_epi32(a); }
+  static F load_bf16(const uint16_t* p) {
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))), 16));
+  }
+  static F load_fp16(const uint16_t* p) { return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))); }
+  static void store_u8(uint8_t* p, I x) { _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm512_cvtepi32_epi8(x)); }
+  static void store_u16(uint16_t* p, I x) { _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), _mm512_cvtepi32_epi16(x)); }
   static M lti(I a, I b) { return _mm512_cmplt_epi32_mask(a, b); }
   static M eqi(I a, I b) { return _mm512_cmpeq_epi32_mask(a, b); }
   static F cvti(I a) { return _mm512_cvtepi32_ps(a); }
