@@ -34,6 +34,9 @@ struct ScalarOps {
   static F round_even(F x) { return std::nearbyint(x); }
   // p * 2^n rounded once (n integral, in [-150, 128], or NaN).
   static F scale2(F p, F n) { return n == n ? std::ldexp(p, static_cast<int>(n)) : p; }
+  // x86's maxps / minps: the second operand when either is NaN.
+  static F max(F a, F b) { return a > b ? a : b; }
+  static F min(F a, F b) { return a < b ? a : b; }
   static F abs(F a) { return std::fabs(a); }
   static F copysign(F mag, F sign) { return std::copysign(mag, sign); }
   static M lt(F a, F b) { return a < b; }
@@ -69,19 +72,18 @@ constexpr float kExp2Poly[6] = {0.6931471824645996f,  0.24022649228572845f,  0.0
                                 0.009618237614631653f, 0.0013390735257416964f, 0.00015403507859446108f};
 
 // 2^x within 1 ulp for x <= 0 (the softmax's only arguments), denormal results included; exactly 1 at
-// x = 0, 0 below -150 and at -inf, +inf above 128, NaN kept.
+// x = 0, 0 at and below -150 (2^-150 rounds to 0) and at -inf, +inf above 128, NaN kept (min / max
+// return their second operand, x, when it is NaN).
 template <class O>
 typename O::F exp2(typename O::F x) {
   using F = typename O::F;
-  const auto under = O::lt(x, O::set1(-150.f));
-  x = O::select(O::gt(x, O::set1(128.f)), O::set1(128.f), x);
-  x = O::select(under, O::set1(-150.f), x);
+  x = O::min(O::set1(128.f), O::max(O::set1(-150.f), x));
   const F n = O::round_even(x);
   const F f = O::sub(x, n);
   F p = O::set1(kExp2Poly[5]);
   for (int i = 4; i >= 0; --i) p = O::fma(p, f, O::set1(kExp2Poly[i]));
   p = O::fma(p, f, O::set1(1.f));
-  return O::select(under, O::set1(0.f), O::scale2(p, n));
+  return O::scale2(p, n);
 }
 
 // tanh(a) = a + a^3·P(a^2) below 0.55 (minimax, relative error 1.1e-9), (1 - e) / (1 + e) with
@@ -112,7 +114,7 @@ typename O::F fp8_round(typename O::F y) {
   constexpr int bias = K == Fp8Kind::E4M3FN ? 7 : 8;
   constexpr float kMax = K == Fp8Kind::E4M3FN ? 448.f : 240.f;
   constexpr float quantum = pow2(-2 - bias), min_normal = pow2(1 - bias);
-  y = O::select(O::gt(y, O::set1(kMax)), O::set1(kMax), y);
+  y = O::min(O::set1(kMax), y);
   auto b = O::bits(y);
   b = O::addi(b, O::addi(O::set1i(0x7ffffu), O::andi(O::srli(b, 20), O::set1i(1u))));
   const F normal = O::from_bits(O::andi(b, O::set1i(0xfff00000u)));

@@ -163,7 +163,11 @@ struct RowsKernel {
           hi_min[v] = imin(hi_min[v], hi[r]), hi_max[v] = imax(hi_max[v], hi[r]);
         }
       }
-      // Q^T: pair vectors over lanes, padding lanes zero.
+      // Q^T: pair vectors over lanes, padding lanes zero (the rows fetched ahead: they are a row stride apart).
+      const int q_bytes = D * (a.q_type == ElemType::FP8 ? 1 : 2);
+      for (int r = 0; r < a.lanes; ++r)
+        for (int off = 0; off < q_bytes; off += 64)
+          O::prefetch(static_cast<const char*>(a.q) + (a.q_off[r] * q_bytes) / D + off);
       alignas(64) float q[256];
       for (int v = 0; v < rv; ++v)
         for (int i = 0; i < W; ++i) {

@@ -33,7 +33,8 @@ struct Avx2Ops {
   static F mul(F a, F b) { return _mm256_mul_ps(a, b); }
   static F div(F a, F b) { return _mm256_div_ps(a, b); }
   static F fma(F a, F b, F c) { return _mm256_fmadd_ps(a, b, c); }
-  static F max(F a, F b) { return _mm256_max_ps(a, b); }
+  static F max(F a, F b) { return _mm256_max_ps(a, b); }  // b when either is NaN
+  static F min(F a, F b) { return _mm256_min_ps(a, b); }
   static F round_even(F x) { return _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
   // p · 2^n rounded once, as two exact-or-final multiplies: n = n1 + n2 with both halves in [-75, 64].
   static F scale2(F p, F n) {

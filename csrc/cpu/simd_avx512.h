@@ -28,7 +28,8 @@ struct Avx512Ops {
   static F mul(F a, F b) { return _mm512_mul_ps(a, b); }
   static F div(F a, F b) { return _mm512_div_ps(a, b); }
   static F fma(F a, F b, F c) { return _mm512_fmadd_ps(a, b, c); }
-  static F max(F a, F b) { return _mm512_max_ps(a, b); }
+  static F max(F a, F b) { return _mm512_max_ps(a, b); }  // b when either is NaN
+  static F min(F a, F b) { return _mm512_min_ps(a, b); }
   static F round_even(F x) { return _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
   static F scale2(F p, F n) { return _mm512_scalef_ps(p, n); }
   static F abs(F a) { return _mm512_abs_ps(a); }

@@ -20,7 +20,7 @@ def med(fn, reps):
         t0 = CLOCK()
         fn()
         t.append(CLOCK() - t0)
-    return sorted(t)[len(t) // 2]
+    return min(t) if os.environ.get("MIN") else sorted(t)[len(t) // 2]
 
 
 def main():
