@@ -1,203 +1,222 @@
+// The CPU driver: splits a call into work items (query rows of one sequence and kv head that share
+// a pass over its keys), runs them in parallel on the kernel of the selected instruction set
+// (isa.h), and writes the outputs. Each lane's result depends only on its own inputs, never on how
+// lanes are grouped into items or items onto threads, so the output is the same for any thread count.
 #include "cpu/attention_cpu.h"
 
 #include <ATen/Parallel.h>
 
 #include <algorithm>
-#include <array>
+#include <atomic>
 #include <cmath>
 #include <limits>
 #include <vector>
 
+#include "cpu/isa.h"
+#include "cpu/item.h"
 #include "kernels/mask.h"
-#include "kernels/numeric/half.h"
 #include "kernels/seqinfo.h"
 #include "kernels/variant.h"
 
 namespace fp8attn::cpu {
 namespace {
 
-constexpr int kRowBlock = 16;  // query rows that share one pass over K/V
-constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+constexpr int32_t kTargetLanes = 128;  // rows per item: enough to amortize packing each K/V tile
 
-template <Fp8Kind K>
-struct DecodeTable {
-  std::array<float, 256> v;
-  DecodeTable() {
-    for (int c = 0; c < 256; ++c) v[c] = fp8_decode<K>(static_cast<uint8_t>(c));
-  }
+struct WorkItem {
+  int32_t b, hkv, h0, heads;  // q heads [h0, h0 + heads) of kv head hkv
+  int32_t row0, rows;         // q rows [row0, row0 + rows) of sequence b
+  int64_t cost;
 };
 
 float scale_at(const float* s, int32_t stride, int32_t head) { return s ? s[head * stride] : 1.f; }
 
-// The running max propagates NaN (the NaN rule: a NaN visible score makes the row NaN); std::max drops it.
-float nan_max(float m, float s) { return (s > m || s != s) ? s : m; }
-
-// Dot product with 8 independent partial sums (vectorizes without reassociation flags).
-float dot(const float* a, const float* b, int n) {
-  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-  for (int i = 0; i < n; i += 8)
-    for (int u = 0; u < 8; ++u) acc[u] += a[i + u] * b[i + u];
-  return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+// A per-thread buffer reused across calls (no allocation per call once it has grown).
+void* thread_buffer(size_t bytes) {
+  static thread_local std::vector<unsigned char> buf;
+  if (buf.size() < bytes + 64) buf.resize(bytes + 64);
+  return reinterpret_cast<void*>((reinterpret_cast<uintptr_t>(buf.data()) + 63) & ~uintptr_t{63});
 }
 
-struct WorkItem {
-  int32_t b, h, row0;
-};
+size_t round64(size_t n) { return (n + 63) & ~size_t{63}; }
 
 template <Fp8Kind K>
 class Forward {
  public:
-  explicit Forward(const FwdParams& p) : p_(p), tile_(p.kv_tile > 0 ? p.kv_tile : kDefaultKvTile) {}
+  Forward(const FwdParams& p, Kernel kernel)
+      : p_(p), kernel_(kernel), tile_(p.kv_tile > 0 ? p.kv_tile : kDefaultKvTile),
+        group_(p.num_heads / p.num_heads_k) {}
 
   void run() {
-    std::vector<WorkItem> work;
-    for (int32_t b = 0; b < p_.batch; ++b) {
-      const SeqInfo s = SeqInfo::make(p_, b);
-      for (int32_t h = 0; h < p_.num_heads; ++h)
-        for (int32_t r = 0; r < s.q_len; r += kRowBlock) work.push_back({b, h, r});
-    }
-    // A tile never holds more keys than the longest sequence (p_.seqlen_k is exact on the host).
-    const int32_t tile_keys = std::max(1, std::min(tile_, p_.seqlen_k));
-    at::parallel_for(0, static_cast<int64_t>(work.size()), 1, [&](int64_t begin, int64_t end) {
-      Scratch sc(p_.head_dim, tile_keys);
-      for (int64_t i = begin; i < end; ++i) run_block(work[i], sc);
+    plan();
+    if (work_.empty()) return;
+    std::atomic<size_t> next{0};
+    const int64_t threads = std::min<int64_t>(at::get_num_threads(), static_cast<int64_t>(work_.size()));
+    // Items go to threads as they free up, longest first (causal and varlen items differ in cost).
+    at::parallel_for(0, threads, 1, [&](int64_t, int64_t) {
+      for (size_t i = next.fetch_add(1); i < work_.size(); i = next.fetch_add(1)) run_item(work_[i]);
     });
   }
 
  private:
-  struct Scratch {
-    std::vector<float> q, k, v, acc, s;
-    Scratch(int d, int tile)
-        : q(static_cast<size_t>(kRowBlock) * d), k(static_cast<size_t>(tile) * d), v(static_cast<size_t>(tile) * d),
-          acc(static_cast<size_t>(kRowBlock) * d), s(tile) {}
-  };
-
-  float load_q(const void* base, int64_t off) const {
-    switch (p_.q_type) {
-      case ElemType::BF16: return bf16_decode(static_cast<const uint16_t*>(base)[off]);
-      case ElemType::FP16: return fp16_decode(static_cast<const uint16_t*>(base)[off]);
-      default: return dec_.v[static_cast<const uint8_t*>(base)[off]];
+  // Items of about kTargetLanes lanes (all q heads of a kv head, then as many q rows as fit), with the
+  // heads of a group split when there would be too few items to keep every thread busy.
+  void plan() {
+    std::vector<int32_t> q_lens(p_.batch);
+    for (int32_t b = 0; b < p_.batch; ++b) q_lens[b] = SeqInfo::make(p_, b).q_len;
+    auto items = [&](int32_t heads) {
+      const int32_t rows = std::max(1, kTargetLanes / heads);
+      int64_t n = 0;
+      for (const int32_t q : q_lens) n += (q + rows - 1) / rows;
+      return n * p_.num_heads_k * (group_ / heads);
+    };
+    int32_t heads = group_;
+    while (heads % 2 == 0 && items(heads) < 4 * static_cast<int64_t>(at::get_num_threads())) heads /= 2;
+    const int32_t rows = std::max(1, kTargetLanes / heads);
+    // Runs: the row blocks of one (sequence, q head group), costliest first; consecutive items of a
+    // run read the same K/V (cache reuse). Runs in order of decreasing cost (the short items come last).
+    struct Run {
+      size_t begin, end;
+      int64_t cost;
+    };
+    std::vector<Run> runs;
+    std::vector<WorkItem> items_of_runs;
+    for (int32_t b = 0; b < p_.batch; ++b) {
+      const SeqInfo s = SeqInfo::make(p_, b);
+      if (s.q_len == 0) continue;
+      const Mask mask = Mask::make(p_.window_left, p_.window_right, p_.is_causal, s.q_len, s.k_len);
+      std::vector<WorkItem> blocks;
+      int64_t total = 0;
+      for (int32_t r0 = 0; r0 < s.q_len; r0 += rows) {
+        const int32_t r1 = std::min(r0 + rows, s.q_len);
+        int64_t keys = 0;
+        for (int32_t r = r0; r < r1; ++r) {
+          int32_t lo, hi;
+          mask.key_range(r, r + 1, &lo, &hi);
+          keys += hi - lo;
+        }
+        blocks.push_back({b, 0, 0, heads, r0, r1 - r0, (keys + 64) * heads});
+        total += blocks.back().cost;
+      }
+      std::stable_sort(blocks.begin(), blocks.end(), [](const WorkItem& x, const WorkItem& y) { return x.cost > y.cost; });
+      for (int32_t hkv = 0; hkv < p_.num_heads_k; ++hkv)
+        for (int32_t h0 = hkv * group_; h0 < (hkv + 1) * group_; h0 += heads) {
+          runs.push_back({items_of_runs.size(), items_of_runs.size() + blocks.size(), total});
+          for (WorkItem w : blocks) {
+            w.hkv = hkv;
+            w.h0 = h0;
+            items_of_runs.push_back(w);
+          }
+        }
+      max_lanes_ = std::max(max_lanes_, std::min(rows, s.q_len) * heads);
+      max_tile_ = std::max(max_tile_, tile_of(s));
     }
+    std::stable_sort(runs.begin(), runs.end(), [](const Run& x, const Run& y) { return x.cost > y.cost; });
+    for (const Run& r : runs) work_.insert(work_.end(), items_of_runs.begin() + r.begin, items_of_runs.begin() + r.end);
   }
 
-  void store_out(int64_t off, float o, float inv_out_scale) const {
-    switch (p_.out_type) {
-      case ElemType::BF16: static_cast<uint16_t*>(p_.out)[off] = bf16_encode(o); break;
-      case ElemType::FP16: static_cast<uint16_t*>(p_.out)[off] = fp16_encode(o); break;
-      default: static_cast<uint8_t*>(p_.out)[off] = fp8_encode<K>(o * inv_out_scale);
-    }
-  }
+  // A tile longer than the sequence is the whole sequence: one online-softmax step either way.
+  int32_t tile_of(const SeqInfo& s) const { return tile_ >= s.k_len ? std::max(1, s.k_len) : tile_; }
 
-  void run_block(const WorkItem& w, Scratch& sc) const {
+  void run_item(const WorkItem& w) const {
     const int D = p_.head_dim;
+    const int n = w.rows * w.heads;
     const SeqInfo s = SeqInfo::make(p_, w.b);
-    const int32_t hk = w.h / (p_.num_heads / p_.num_heads_k);
-    const int32_t row1 = std::min(w.row0 + kRowBlock, s.q_len);
-    const int nr = row1 - w.row0;
+    // One buffer per thread: the kernel's scratch, then the lanes' lo, hi, logit scale, inverse q
+    // descale (4-byte) and q, out, lse offsets (8-byte).
+    const size_t scratch = round64(kernel_.scratch_bytes(D, max_tile_, max_lanes_));
+    const size_t lane4 = round64(static_cast<size_t>(max_lanes_) * 4), lane8 = round64(static_cast<size_t>(max_lanes_) * 8);
+    unsigned char* buf = static_cast<unsigned char*>(thread_buffer(scratch + 4 * lane4 + 3 * lane8));
+    int32_t* lo = reinterpret_cast<int32_t*>(buf + scratch);
+    int32_t* hi = reinterpret_cast<int32_t*>(buf + scratch + lane4);
+    float* scale = reinterpret_cast<float*>(buf + scratch + 2 * lane4);
+    float* inv_q = reinterpret_cast<float*>(buf + scratch + 3 * lane4);
+    int64_t* q_off = reinterpret_cast<int64_t*>(buf + scratch + 4 * lane4);
+    int64_t* o_off = q_off + lane8 / 8;
+    int64_t* lse_off = o_off + lane8 / 8;
 
-    // q8: FP8 q as is; 16-bit q quantized with its descale (multiply by the reciprocal, as the GPU does).
-    const float q_descale = scale_at(p_.q_descale, p_.q_descale_head_stride, w.h);
-    const float inv_q_descale = 1.f / q_descale;
-    for (int r = 0; r < nr; ++r) {
-      const int64_t off = s.q_offset + static_cast<int64_t>(w.row0 + r) * p_.q_row_stride +
-                          static_cast<int64_t>(w.h) * p_.q_head_stride;
-      for (int d = 0; d < D; ++d) {
-        const float x = load_q(p_.q, off + d);
-        sc.q[r * D + d] = p_.q_type == ElemType::FP8 ? x : fp8_decode<K>(fp8_encode<K>(x * inv_q_descale));
-      }
-    }
-    const LogitsTransform logits = LogitsTransform::make(
-        p_.softmax_scale, q_descale * scale_at(p_.k_descale, p_.k_descale_head_stride, hk), p_.softcap);
-    const float p_scale = p_.p_scale_ptr ? *p_.p_scale_ptr : p_.p_scale_default;
-    const PQuantize<K> pquant{1.f / p_scale};
+    // Lanes: q row major, head minor.
     const Mask mask = Mask::make(p_.window_left, p_.window_right, p_.is_causal, s.q_len, s.k_len);
-
-    float m[kRowBlock], l[kRowBlock];
-    std::fill(m, m + nr, kNegInf);
-    std::fill(l, l + nr, 0.f);
-    std::fill(sc.acc.begin(), sc.acc.begin() + static_cast<size_t>(nr) * D, 0.f);
-
-    int32_t kb, ke;
-    mask.key_range(w.row0, row1, &kb, &ke);
-    for (int32_t t0 = kb / tile_ * tile_; t0 < ke; t0 += tile_) {
-      const int32_t j0 = std::max(t0, kb), j1 = std::min(t0 + tile_, ke);
-      load_kv(s, hk, t0, j0, j1, sc);
-      const bool full = mask.tile_fully_visible(w.row0, row1, j0, j1);
-      for (int r = 0; r < nr; ++r) {
-        const int32_t row = w.row0 + r;
-        float tmax = kNegInf;
-        for (int32_t j = j0; j < j1; ++j) {
-          const float x = (full || mask.visible(row, j)) ? logits(dot(&sc.q[r * D], &sc.k[(j - t0) * D], D)) : kNegInf;
-          sc.s[j - t0] = x;
-          tmax = nan_max(tmax, x);
-        }
-        const float m_new = nan_max(m[r], tmax);
-        if (m_new == kNegInf) continue;  // nothing visible yet
-        const float alpha = std::exp2(m[r] - m_new);
-        m[r] = m_new;
-        float* acc = &sc.acc[r * D];
-        for (int d = 0; d < D; ++d) acc[d] *= alpha;
-        float lsum = 0.f;
-        for (int32_t j = j0; j < j1; ++j) {
-          const float p8 = pquant(std::exp2(sc.s[j - t0] - m_new));  // no p8 == 0 skip: 0 * NaN v is NaN
-          lsum += p8;
-          const float* vr = &sc.v[(j - t0) * D];
-          for (int d = 0; d < D; ++d) acc[d] += p8 * vr[d];
-        }
-        l[r] = l[r] * alpha + lsum;
-      }
+    const float k_descale = scale_at(p_.k_descale, p_.k_descale_head_stride, w.hkv);
+    int32_t kb = s.k_len, ke = 0;
+    for (int i = 0; i < n; ++i) {
+      const int32_t row = w.row0 + i / w.heads, h = w.h0 + i % w.heads;
+      mask.key_range(row, row + 1, &lo[i], &hi[i]);
+      if (lo[i] < hi[i]) kb = std::min(kb, lo[i]), ke = std::max(ke, hi[i]);
+      const float q_descale = scale_at(p_.q_descale, p_.q_descale_head_stride, h);
+      const LogitsTransform t = LogitsTransform::make(p_.softmax_scale, q_descale * k_descale, p_.softcap);
+      scale[i] = t.has_softcap ? t.inv_softcap : t.scale_log2;
+      inv_q[i] = 1.f / q_descale;  // a 16-bit q is multiplied by the reciprocal, as the GPU does
+      q_off[i] = s.q_offset + static_cast<int64_t>(row) * p_.q_row_stride + static_cast<int64_t>(h) * p_.q_head_stride;
+      o_off[i] = s.o_offset + static_cast<int64_t>(row) * p_.o_row_stride + static_cast<int64_t>(h) * p_.o_head_stride;
+      lse_off[i] = s.lse_offset + static_cast<int64_t>(h) * p_.lse_head_stride + static_cast<int64_t>(row) * p_.lse_row_stride;
     }
-    epilogue(w, s, hk, nr, m, l, p_scale, sc);
+    const LogitsTransform t = LogitsTransform::make(p_.softmax_scale, 1.f, p_.softcap);
+    const float p_scale = p_.p_scale_ptr ? *p_.p_scale_ptr : p_.p_scale_default;
+    ItemArgs a;
+    a.head_dim = D;
+    a.tile = tile_of(s);
+    a.lanes = n;
+    a.lo = lo;
+    a.hi = hi;
+    a.key_begin = kb;
+    a.key_end = ke;
+    a.q = p_.q;
+    a.q_type = p_.q_type;
+    a.q_off = q_off;
+    a.inv_q_descale = inv_q;
+    a.logit_scale = scale;
+    a.softcap_log2 = t.has_softcap ? t.softcap_log2 : 0.f;
+    a.inv_p_scale = 1.f / p_scale;
+    a.kind = K;
+    a.keys = key_source(s, w.hkv);
+    a.out = p_.out;
+    a.out_type = p_.out_type;
+    a.o_off = o_off;
+    a.v_descale = scale_at(p_.v_descale, p_.v_descale_head_stride, w.hkv);
+    a.inv_out_scale = p_.out_scale ? 1.f / *p_.out_scale : 1.f;
+    a.p_scale = p_scale;
+    a.lse = p_.lse;
+    a.lse_off = lse_off;
+    a.scratch = buf;
+    kernel_.run(a);
   }
 
-  void load_kv(const SeqInfo& s, int32_t hk, int32_t t0, int32_t j0, int32_t j1, Scratch& sc) const {
-    const int D = p_.head_dim;
-    const uint8_t* kp = static_cast<const uint8_t*>(p_.k);
-    const uint8_t* vp = static_cast<const uint8_t*>(p_.v);
-    for (int32_t j = j0; j < j1; ++j) {
-      const uint8_t* kr = kp + s.key_offset(p_, j, false) + static_cast<int64_t>(hk) * p_.k_head_stride;
-      const uint8_t* vr = vp + s.key_offset(p_, j, true) + static_cast<int64_t>(hk) * p_.v_head_stride;
-      float* kd = &sc.k[(j - t0) * D];
-      float* vd = &sc.v[(j - t0) * D];
-      for (int d = 0; d < D; ++d) {
-        kd[d] = dec_.v[kr[d]];
-        vd[d] = dec_.v[vr[d]];
-      }
+  KeySource key_source(const SeqInfo& s, int32_t hkv) const {
+    KeySource k;
+    const int64_t k_head = static_cast<int64_t>(hkv) * p_.k_head_stride, v_head = static_cast<int64_t>(hkv) * p_.v_head_stride;
+    k.k = static_cast<const uint8_t*>(p_.k) + (s.blocks ? 0 : s.k_offset) + k_head;
+    k.v = static_cast<const uint8_t*>(p_.v) + (s.blocks ? 0 : s.v_offset) + v_head;
+    k.k_row = p_.k_row_stride;
+    k.v_row = p_.v_row_stride;
+    if (s.blocks) {
+      k.blocks = s.blocks;
+      k.k_block = p_.k_batch_stride;
+      k.v_block = p_.v_batch_stride;
+      k.page = p_.page_block_size;
+      k.num_blocks = p_.num_cache_blocks;
     }
-  }
-
-  void epilogue(const WorkItem& w, const SeqInfo& s, int32_t hk, int nr, const float* m, const float* l,
-                float p_scale, const Scratch& sc) const {
-    const int D = p_.head_dim;
-    const float v_descale = scale_at(p_.v_descale, p_.v_descale_head_stride, hk);
-    const float inv_out_scale = p_.out_scale ? 1.f / *p_.out_scale : 1.f;
-    for (int r = 0; r < nr; ++r) {
-      const int32_t row = w.row0 + r;
-      const bool empty = m[r] == kNegInf;
-      const float o_scale = empty ? 0.f : v_descale / l[r];
-      const int64_t off = s.o_offset + static_cast<int64_t>(row) * p_.o_row_stride +
-                          static_cast<int64_t>(w.h) * p_.o_head_stride;
-      for (int d = 0; d < D; ++d) store_out(off + d, sc.acc[r * D + d] * o_scale, inv_out_scale);
-      if (p_.lse) {
-        p_.lse[s.lse_offset + static_cast<int64_t>(w.h) * p_.lse_head_stride + static_cast<int64_t>(row) * p_.lse_row_stride] =
-            empty ? kNegInf : m[r] * kLn2 + std::log(l[r] * p_scale);
-      }
-    }
+    return k;
   }
 
   const FwdParams& p_;
+  const Kernel kernel_;
   const int32_t tile_;
-  const DecodeTable<K> dec_;
+  const int32_t group_;
+  std::vector<WorkItem> work_;
+  int32_t max_lanes_ = 1, max_tile_ = 1;
 };
 
 }  // namespace
 
 void run_forward(const FwdParams& p) {
+  const Isa isa = selected_isa();
   if (p.fp8_kind == Fp8Kind::E4M3FN) {
-    Forward<Fp8Kind::E4M3FN>(p).run();
+    Forward<Fp8Kind::E4M3FN>(p, kernel_of(isa)).run();
   } else {
-    Forward<Fp8Kind::E4M3FNUZ>(p).run();
+    Forward<Fp8Kind::E4M3FNUZ>(p, kernel_of(isa)).run();
   }
+  count_call(isa);
 }
 
 }  // namespace fp8attn::cpu

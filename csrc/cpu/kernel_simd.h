@@ -1,0 +1,450 @@
+// The SIMD work-item kernel, one template for every instruction set: O is the vector Ops
+// (simd_avx2.h, simd_avx512.h), P the packed-operand format of the dot products (Fp32Pairs below:
+// two fp32 FMAs per pair; Bf16Pairs in kernel_avx512bf16.cpp: one vdpbf16ps). It computes what
+// kernel_scalar.cpp computes, bit for bit: the same sums in the same order (each dot-product lane
+// runs the scalar oracle's chain), the same cpu_math.h functions.
+//
+// Lanes (query rows) are vectorized: a "row vector" holds W lanes. Per KV tile and chunk of keys:
+//   K chunk -> [key][D] (natural rows; q·k broadcasts a pair of k and multiplies W lanes of q),
+//   S^T     -> [row vector][key][W] logits,
+//   P^T     -> [key pair][row vector] pair vectors, V -> [key pair][D/W][pair vector over d],
+//   O^T     -> [D][row vector][W] accumulators (P·V broadcasts a pair of v).
+// Included once per ISA translation unit; internal linkage, as cpu_math.h explains.
+#pragma once
+#include <cstdint>
+#include <cstring>
+#include <limits>
+
+#include "cpu/cpu_math.h"
+#include "cpu/item.h"
+
+namespace fp8attn::cpu {
+namespace {
+
+constexpr int kChunk = 64;  // keys packed at a time (even: key pairs stay aligned to the tile)
+
+inline int32_t imin(int32_t a, int32_t b) { return a < b ? a : b; }
+inline int32_t imax(int32_t a, int32_t b) { return a > b ? a : b; }
+inline size_t align64(size_t n) { return (n + 63) & ~size_t{63}; }
+
+// Pairs as two fp32 values: a pair vector is [2][W] (even elements, then odd), a dot step two FMAs,
+// the odd element first (the order of vdpbf16ps).
+template <class O>
+struct Fp32Pairs {
+  using E = float;
+  using F = typename O::F;
+  static constexpr int W = O::W;
+  struct V2 {
+    F even, odd;
+  };
+  static int vidx(int lane, int t) { return t * W + lane; }
+  static E to_e(float x) { return x; }
+  static V2 load_pv(const E* p) { return {O::load(p), O::load(p + W)}; }
+  static V2 bcast_pair(const E* p) { return {O::set1(p[0]), O::set1(p[1])}; }
+  static V2 bcast_lane(const E* pv, int lane) { return {O::set1(pv[lane]), O::set1(pv[W + lane])}; }
+  static F dot2(F acc, const V2& a, const V2& b) { return O::fma(a.even, b.even, O::fma(a.odd, b.odd, acc)); }
+  static void store_pv(E* dst, F even, F odd) {
+    O::store(dst, even);
+    O::store(dst + W, odd);
+  }
+  // n FP8 codes -> their values in natural order (n a multiple of W).
+  template <Fp8Kind K>
+  static void convert_row(const uint8_t* src, E* dst, int n) {
+    for (int i = 0; i < n; i += W) O::store(dst + i, fp8_value<O, K>(O::load_u8(src + i)));
+  }
+  // Keys r0, r1 (either may be null: a zero row) -> D/W pair vectors over d.
+  template <Fp8Kind K>
+  static void pack_v_pair(const uint8_t* r0, const uint8_t* r1, E* dst, int D) {
+    for (int d = 0; d < D; d += W, dst += 2 * W) {
+      O::store(dst, r0 ? fp8_value<O, K>(O::load_u8(r0 + d)) : O::zero());
+      O::store(dst + W, r1 ? fp8_value<O, K>(O::load_u8(r1 + d)) : O::zero());
+    }
+  }
+};
+
+// Keys r0, r1 of a pair (either may be null: a zero row) -> the pair's D/W pair vectors over d.
+template <class P, Fp8Kind K>
+void pack_v_pair(const uint8_t* r0, const uint8_t* r1, typename P::E* dst, int D) {
+  if (!r0 && !r1) {
+    std::memset(dst, 0, sizeof(typename P::E) * 2 * D);
+    return;
+  }
+  P::template pack_v_pair<K>(r0, r1, dst, D);
+}
+
+// The kernel. NK keys x nv row vectors per q·k step, ND columns x nv row vectors per P·V step (nv 1 or 2).
+template <class O, class P, int NK, int ND>
+struct RowsKernel {
+  using F = typename O::F;
+  using M = typename O::M;
+  using E = typename P::E;
+  static constexpr int W = O::W;
+  static constexpr int kMaxVectors = 8;
+
+  // Scratch offsets for rv = ceil(lanes / W) row vectors.
+  struct Layout {
+    size_t qt, kc, vc, s, pt, ot, lo, hi, scale, m, l, tmax, alpha, msub, nan, ltile, total;
+    Layout(int D, int tile, int lanes) {
+      const size_t lanes_p = static_cast<size_t>((lanes + W - 1) / W) * W;
+      size_t o = 0;
+      auto take = [&](size_t bytes) {
+        const size_t at = o;
+        o += align64(bytes);
+        return at;
+      };
+      qt = take(sizeof(E) * D * lanes_p);                          // [D/2][rv][2W]
+      kc = take(sizeof(E) * D * (kChunk + NK));                     // [key][D]
+      vc = take(sizeof(E) * D * kChunk);                            // [key pair][D/W][2W]
+      s = take(sizeof(float) * (static_cast<size_t>(tile) + 2) * lanes_p);  // [rv][key][W]
+      pt = take(sizeof(E) * kChunk * lanes_p);                      // [key pair][rv][2W]
+      ot = take(sizeof(float) * D * lanes_p);                       // [D][rv][W]
+      lo = take(sizeof(int32_t) * lanes_p);
+      hi = take(sizeof(int32_t) * lanes_p);
+      scale = take(sizeof(float) * lanes_p);
+      m = take(sizeof(float) * lanes_p);
+      l = take(sizeof(float) * lanes_p);
+      tmax = take(sizeof(float) * lanes_p);
+      alpha = take(sizeof(float) * lanes_p);
+      msub = take(sizeof(float) * lanes_p);
+      nan = take(sizeof(float) * lanes_p);
+      ltile = take(sizeof(double) * lanes_p);
+      total = o;
+    }
+  };
+
+  static size_t scratch_bytes(int32_t D, int32_t tile, int32_t lanes) { return Layout(D, tile, lanes).total; }
+
+  template <Fp8Kind K>
+  struct Item {
+    const ItemArgs& a;
+    const int D, rv;
+    const size_t srow;  // floats per row vector in s
+    E *qt, *kc, *vc, *pt;
+    float *s, *ot, *scale, *m, *l, *tmax, *alpha, *msub, *nan;
+    int32_t *lo, *hi;
+    double* ltile;
+    int32_t lo_min[kMaxVectors], lo_max[kMaxVectors], hi_min[kMaxVectors], hi_max[kMaxVectors];
+
+    Item(const ItemArgs& args, const Layout& L)
+        : a(args), D(args.head_dim), rv((args.lanes + W - 1) / W), srow((static_cast<size_t>(args.tile) + 2) * W) {
+      unsigned char* base = static_cast<unsigned char*>(args.scratch);
+      qt = reinterpret_cast<E*>(base + L.qt);
+      kc = reinterpret_cast<E*>(base + L.kc);
+      vc = reinterpret_cast<E*>(base + L.vc);
+      pt = reinterpret_cast<E*>(base + L.pt);
+      s = reinterpret_cast<float*>(base + L.s);
+      ot = reinterpret_cast<float*>(base + L.ot);
+      lo = reinterpret_cast<int32_t*>(base + L.lo);
+      hi = reinterpret_cast<int32_t*>(base + L.hi);
+      scale = reinterpret_cast<float*>(base + L.scale);
+      m = reinterpret_cast<float*>(base + L.m);
+      l = reinterpret_cast<float*>(base + L.l);
+      tmax = reinterpret_cast<float*>(base + L.tmax);
+      alpha = reinterpret_cast<float*>(base + L.alpha);
+      msub = reinterpret_cast<float*>(base + L.msub);
+      nan = reinterpret_cast<float*>(base + L.nan);
+      ltile = reinterpret_cast<double*>(base + L.ltile);
+    }
+
+    void setup() {
+      for (int r = 0; r < rv * W; ++r) {
+        const bool real = r < a.lanes;
+        lo[r] = real ? a.lo[r] : 0;  // padding lanes see nothing
+        hi[r] = real ? a.hi[r] : 0;
+        scale[r] = real ? a.logit_scale[r] : 0.f;
+        m[r] = -std::numeric_limits<float>::infinity();
+        l[r] = 0.f;
+      }
+      for (int v = 0; v < rv; ++v) {
+        lo_min[v] = hi_min[v] = std::numeric_limits<int32_t>::max();
+        lo_max[v] = hi_max[v] = std::numeric_limits<int32_t>::min();
+        for (int r = v * W; r < imin((v + 1) * W, a.lanes); ++r) {
+          lo_min[v] = imin(lo_min[v], lo[r]), lo_max[v] = imax(lo_max[v], lo[r]);
+          hi_min[v] = imin(hi_min[v], hi[r]), hi_max[v] = imax(hi_max[v], hi[r]);
+        }
+      }
+      // Q^T: pair vectors over lanes, padding lanes zero (the rows fetched ahead: they are a row stride apart).
+      const int q_bytes = D * (a.q_type == ElemType::FP8 ? 1 : 2);
+      for (int r = 0; r < a.lanes; ++r)
+        for (int off = 0; off < q_bytes; off += 64)
+          O::prefetch(static_cast<const char*>(a.q) + (a.q_off[r] * q_bytes) / D + off);
+      alignas(64) float q[256];
+      for (int v = 0; v < rv; ++v)
+        for (int i = 0; i < W; ++i) {
+          const int r = v * W + i;
+          if (r < a.lanes) {
+            load_q(r, q);
+          } else {
+            std::memset(q, 0, sizeof(float) * D);
+          }
+          for (int p = 0; p < D / 2; ++p)
+            for (int t = 0; t < 2; ++t) qt[(static_cast<size_t>(p) * rv + v) * 2 * W + P::vidx(i, t)] = P::to_e(q[2 * p + t]);
+        }
+      std::memset(ot, 0, sizeof(float) * D * rv * W);
+    }
+
+    // Lane r's q8 values (a 16-bit q quantized).
+    void load_q(int r, float* q) const {
+      const int64_t off = a.q_off[r];
+      const F inv = O::set1(a.q_type == ElemType::FP8 ? 1.f : a.inv_q_descale[r]);
+      for (int d = 0; d < D; d += W) {
+        if (a.q_type == ElemType::FP8) {
+          O::store(q + d, fp8_value<O, K>(O::load_u8(static_cast<const uint8_t*>(a.q) + off + d)));
+        } else {
+          const uint16_t* src = static_cast<const uint16_t*>(a.q) + off + d;
+          const F x = a.q_type == ElemType::BF16 ? O::load_bf16(src) : O::load_fp16(src);
+          O::store(q + d, fp8_round_signed<O, K>(O::mul(x, inv)));
+        }
+      }
+    }
+
+    // The lanes' output rows and lse from O^T (ItemArgs' epilogue).
+    void epilogue() const {
+      alignas(64) float fac[W];
+      alignas(64) uint32_t code[W];
+      for (int v = 0; v < rv; ++v) {
+        const int n = imin(W, a.lanes - v * W);
+        for (int i = 0; i < W; ++i) {
+          const int r = v * W + i;
+          fac[i] = i < n ? out_factor(m[r], l[r], a.v_descale) : 0.f;
+          if (i < n && a.lse) a.lse[a.lse_off[r]] = lane_lse(m[r], l[r], a.p_scale);
+        }
+        const F f = O::load(fac), inv_out = O::set1(a.inv_out_scale);
+        for (int d = 0; d < D; ++d) {
+          const F o = O::mul(O::load(ot + (static_cast<size_t>(d) * rv + v) * W), f);
+          switch (a.out_type) {
+            case ElemType::BF16: O::store(reinterpret_cast<float*>(code), O::from_bits(bf16_bits<O>(o))); break;
+            case ElemType::FP16: O::store(reinterpret_cast<float*>(code), O::from_bits(fp16_bits<O>(o))); break;
+            default: O::store(reinterpret_cast<float*>(code), O::from_bits(fp8_code<O, K>(O::mul(o, inv_out))));
+          }
+          for (int i = 0; i < n; ++i) {
+            const int64_t at = a.o_off[v * W + i] + d;
+            if (a.out_type == ElemType::FP8) {
+              static_cast<uint8_t*>(a.out)[at] = static_cast<uint8_t>(code[i]);
+            } else {
+              static_cast<uint16_t*>(a.out)[at] = static_cast<uint16_t>(code[i]);
+            }
+          }
+        }
+      }
+    }
+
+    // Some lane of row vector v sees a key of [j0, j1).
+    bool sees(int v, int32_t j0, int32_t j1) const {
+      if (lo_min[v] >= j1 || hi_max[v] <= j0) return false;
+      for (int r = v * W; r < imin((v + 1) * W, a.lanes); ++r)
+        if (imax(lo[r], j0) < imin(hi[r], j1)) return true;
+      return false;
+    }
+    // Every real lane of row vector v sees all of [j0, j1).
+    bool sees_all(int v, int32_t j0, int32_t j1) const { return lo_max[v] <= j0 && hi_min[v] >= j1; }
+
+    // Logits of row vectors [v0, v0 + nv) for chunk keys [c0, c1) (packed from c0 in kc) into s (column
+    // j at j - cb), -inf where a lane does not see the key, folded into the tile max and NaN flag.
+    template <int nv>
+    void qk(int v0, int32_t c0, int32_t c1, int32_t cb) {
+      const F ninf = O::set1(-std::numeric_limits<float>::infinity());
+      F tm[nv], sc[nv];
+      M nanm[nv];
+      bool masked[nv];
+      for (int v = 0; v < nv; ++v) {
+        tm[v] = O::load(tmax + (v0 + v) * W);
+        nanm[v] = O::isnan(O::load(nan + (v0 + v) * W));
+        sc[v] = O::load(scale + (v0 + v) * W);
+        masked[v] = !sees_all(v0 + v, c0, c1);
+      }
+      for (int32_t k0 = c0; k0 < c1; k0 += NK) {
+        F acc[nv][NK];
+        for (int v = 0; v < nv; ++v)
+          for (int k = 0; k < NK; ++k) acc[v][k] = O::zero();
+        const E* kr = kc + static_cast<size_t>(k0 - c0) * D;
+        for (int p = 0; p < D / 2; ++p) {
+          typename P::V2 q[nv];
+          for (int v = 0; v < nv; ++v) q[v] = P::load_pv(qt + (static_cast<size_t>(p) * rv + v0 + v) * 2 * W);
+          for (int k = 0; k < NK; ++k) {
+            const auto b = P::bcast_pair(kr + static_cast<size_t>(k) * D + 2 * p);
+            for (int v = 0; v < nv; ++v) acc[v][k] = P::dot2(acc[v][k], q[v], b);
+          }
+        }
+        for (int k = 0; k < NK && k0 + k < c1; ++k) {
+          const int32_t j = k0 + k;
+          for (int v = 0; v < nv; ++v) {
+            F x = a.softcap_log2 > 0.f ? O::mul(O::set1(a.softcap_log2), tanh<O>(O::mul(acc[v][k], sc[v])))
+                                       : O::mul(acc[v][k], sc[v]);
+            if (masked[v]) {
+              const auto jv = O::set1i(static_cast<uint32_t>(j));
+              const M vis = O::mandn(O::lti(jv, O::loadi(lo + (v0 + v) * W)), O::lti(jv, O::loadi(hi + (v0 + v) * W)));
+              x = O::select(vis, x, ninf);
+            }
+            nanm[v] = O::mor(nanm[v], O::isnan(x));
+            tm[v] = O::max(tm[v], x);
+            O::store(s + (v0 + v) * srow + static_cast<size_t>(j - cb) * W, x);
+          }
+        }
+      }
+      for (int v = 0; v < nv; ++v) {
+        O::store(tmax + (v0 + v) * W, tm[v]);
+        O::store(nan + (v0 + v) * W, O::select(nanm[v], O::set1(std::numeric_limits<float>::quiet_NaN()), O::zero()));
+      }
+    }
+
+    // After the tile's logits: m, the rescale alpha and P's offset for row vector v; O^T rescaled.
+    void update_max(int v) {
+      const float ninf = -std::numeric_limits<float>::infinity();
+      const F mo = O::load(m + v * W), nanv = O::load(nan + v * W);
+      const F mn = O::select(O::isnan(nanv), nanv, O::max(O::load(tmax + v * W), mo));  // keeps a NaN mo
+      const M empty = O::eq(mn, O::set1(ninf));  // nothing seen yet: p = 0, acc and l unchanged
+      const F al = O::select(empty, O::set1(1.f), exp2<O>(O::sub(mo, mn)));
+      O::store(m + v * W, mn);
+      O::store(alpha + v * W, al);
+      O::store(msub + v * W, O::select(empty, O::zero(), mn));
+      bool unit = true;
+      for (int i = 0; i < W; ++i) unit = unit && alpha[v * W + i] == 1.f;
+      if (unit) return;  // flush(acc·1) = acc: no accumulator is ever denormal
+      const F tiny = O::set1(0x1p-126f);
+      for (int d = 0; d < D; ++d) {
+        float* o = ot + (static_cast<size_t>(d) * rv + v) * W;
+        const F x = O::mul(O::load(o), al);
+        O::store(o, O::select(O::lt(O::abs(x), tiny), O::zero(), x));
+      }
+    }
+
+    // P of chunk keys [c0, c1) for row vector v as pair vectors in pt; their (exact) sum into ltile.
+    void probs(int v, int32_t c0, int32_t c1, int32_t cb) {
+      const F ms = O::load(msub + v * W), inv = O::set1(a.inv_p_scale);
+      const float* sv = s + v * srow;
+      F lsum = O::zero();
+      for (int32_t j = c0; j < c1; j += 2) {
+        F p8[2] = {O::zero(), O::zero()};
+        for (int t = 0; t < 2 && j + t < c1; ++t) {
+          const F x = O::load(sv + static_cast<size_t>(j + t - cb) * W);
+          p8[t] = fp8_round<O, K>(O::mul(exp2<O>(O::sub(x, ms)), inv));
+          lsum = O::add(lsum, p8[t]);
+        }
+        P::store_pv(pt + (static_cast<size_t>((j - c0) / 2) * rv + v) * 2 * W, p8[0], p8[1]);
+      }
+      float ls[W];
+      O::store(ls, lsum);
+      for (int i = 0; i < W; ++i) ltile[v * W + i] += ls[i];
+    }
+
+    // O^T of row vectors [v0, v0 + nv) += P^T·V over the chunk's key pairs.
+    template <int nv>
+    void pv(int v0, int pairs) {
+      for (int d0 = 0; d0 < D; d0 += ND) {
+        F acc[nv][ND];
+        for (int v = 0; v < nv; ++v)
+          for (int dd = 0; dd < ND; ++dd) acc[v][dd] = O::load(ot + (static_cast<size_t>(d0 + dd) * rv + v0 + v) * W);
+        for (int i = 0; i < pairs; ++i) {
+          typename P::V2 pp[nv];
+          for (int v = 0; v < nv; ++v) pp[v] = P::load_pv(pt + (static_cast<size_t>(i) * rv + v0 + v) * 2 * W);
+          const E* vr = vc + static_cast<size_t>(i) * 2 * D;
+          for (int dd = 0; dd < ND; ++dd) {
+            const int d = d0 + dd;
+            const auto b = P::bcast_lane(vr + (d / W) * 2 * W, d % W);
+            for (int v = 0; v < nv; ++v) acc[v][dd] = P::dot2(acc[v][dd], pp[v], b);
+          }
+        }
+        for (int v = 0; v < nv; ++v)
+          for (int dd = 0; dd < ND; ++dd) O::store(ot + (static_cast<size_t>(d0 + dd) * rv + v0 + v) * W, acc[v][dd]);
+      }
+    }
+
+    // Row vectors that see some key of [c0, c1), in groups of two where adjacent ones both do.
+    template <class Fn>
+    void for_groups(const bool* act, int32_t c0, int32_t c1, Fn&& fn) const {
+      for (int v = 0; v < rv;) {
+        if (!act[v] || !sees(v, c0, c1)) {
+          ++v;
+        } else if (v + 1 < rv && act[v + 1] && sees(v + 1, c0, c1)) {
+          fn(v, 2);
+          v += 2;
+        } else {
+          fn(v, 1);
+          ++v;
+        }
+      }
+    }
+
+    // Rows of keys [j0, j1) into the cache ahead of use (consecutive keys are a head stride apart).
+    void prefetch(int32_t j0, int32_t j1, bool is_v) const {
+      for (int32_t j = j0; j < j1; ++j) {
+        const char* row = reinterpret_cast<const char*>(key_row(a.keys, j, is_v));
+        for (int off = 0; off < D; off += 64) O::prefetch(row + off);
+      }
+    }
+
+    void run() {
+      setup();
+      const int32_t tile = a.tile;
+      for (int32_t t0 = a.key_begin / tile * tile; t0 < a.key_end; t0 += tile) {
+        const int32_t ja = imax(t0, a.key_begin), jb = imin(t0 + tile, a.key_end);
+        const int32_t cb = t0 + ((ja - t0) & ~1);  // key pairs stay aligned to the tile
+        bool act[kMaxVectors];
+        bool any = false;
+        for (int v = 0; v < rv; ++v) {
+          act[v] = sees(v, ja, jb);
+          any = any || act[v];
+          if (!act[v]) continue;
+          O::store(tmax + v * W, O::set1(-std::numeric_limits<float>::infinity()));
+          O::store(nan + v * W, O::zero());
+          for (int i = 0; i < W; ++i) ltile[v * W + i] = 0.0;
+        }
+        if (!any) continue;  // a tile no lane sees changes nothing
+        for (int32_t c0 = cb; c0 < jb; c0 += kChunk) {
+          const int32_t c1 = imin(c0 + kChunk, jb);
+          for (int32_t j = c0; j < c1 + (NK - 1); ++j) {
+            E* dst = kc + static_cast<size_t>(j - c0) * D;
+            if (j < ja || j >= c1) {
+              std::memset(dst, 0, sizeof(E) * D);
+            } else {
+              P::template convert_row<K>(key_row(a.keys, j, false), dst, D);
+            }
+          }
+          prefetch(c1, imin(c1 + kChunk, a.key_end), false);  // the next chunk's keys
+          prefetch(imax(c0, ja), c1, true);                     // and this chunk's values, used below
+          for_groups(act, c0, c1, [&](int v, int n) { n == 2 ? qk<2>(v, c0, c1, cb) : qk<1>(v, c0, c1, cb); });
+        }
+        for (int v = 0; v < rv; ++v)
+          if (act[v]) update_max(v);
+        for (int32_t c0 = cb; c0 < jb; c0 += kChunk) {
+          const int32_t c1 = imin(c0 + kChunk, jb);
+          const int pairs = (c1 - c0 + 1) / 2;
+          for (int i = 0; i < pairs; ++i) {
+            const int32_t j = c0 + 2 * i;
+            pack_v_pair<P, K>(j >= ja ? key_row(a.keys, j, true) : nullptr,
+                              j + 1 < c1 ? key_row(a.keys, j + 1, true) : nullptr, vc + static_cast<size_t>(i) * 2 * D, D);
+          }
+          for_groups(act, c0, c1, [&](int v, int n) {
+            for (int u = v; u < v + n; ++u) probs(u, c0, c1, cb);
+            n == 2 ? pv<2>(v, pairs) : pv<1>(v, pairs);
+          });
+        }
+        for (int v = 0; v < rv; ++v)
+          if (act[v])
+            for (int i = v * W; i < (v + 1) * W; ++i) l[i] = l[i] * alpha[i] + static_cast<float>(ltile[i]);
+      }
+      epilogue();
+    }
+  };
+
+  // Items of more than kMaxVectors row vectors run as several (lanes are independent).
+  static void run(const ItemArgs& args) {
+    constexpr int kMaxLanes = kMaxVectors * W;
+    for (int r0 = 0; r0 < args.lanes; r0 += kMaxLanes) {
+      ItemArgs a = args;
+      a.lanes = imin(kMaxLanes, args.lanes - r0);
+      a.lo += r0, a.hi += r0, a.logit_scale += r0, a.inv_q_descale += r0;
+      a.q_off += r0, a.o_off += r0, a.lse_off += r0;
+      const Layout L(a.head_dim, a.tile, a.lanes);
+      if (a.kind == Fp8Kind::E4M3FN) {
+        Item<Fp8Kind::E4M3FN>(a, L).run();
+      } else {
+        Item<Fp8Kind::E4M3FNUZ>(a, L).run();
+      }
+    }
+  }
+};
+
+}  // namespace
+}  // namespace fp8attn::cpu
