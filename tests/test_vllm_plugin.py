@@ -1,4 +1,4 @@
-"""vLLM's plugin loader finds fp8attn's `vllm.general_plugins` entry point and registers FP8ATTN.
+"""vLLM's plugin loader finds fp8attn's `vllm.general_plugins` entry point and puts FP8ATTN in the CUSTOM slot.
 
 Runs in fresh interpreters: vLLM loads general plugins once per process, and the point is what a clean
 vLLM process sees. When fp8attn is installed (pip install .), its own metadata is tested; the declaration
@@ -21,7 +21,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 ROOT = Path(__file__).resolve().parents[1]
 GROUP = "vllm.general_plugins"
-ENTRY = ("fp8attn", "fp8attn.integrations.vllm:register")
+ENTRY = ("fp8attn", "fp8attn_vllm:register")
 
 if importlib.util.find_spec("vllm") is None:
     if os.environ.get("FP8ATTN_REQUIRE_VLLM") == "1":
@@ -31,27 +31,29 @@ if importlib.util.find_spec("vllm") is None:
 PROBE = textwrap.dedent(
     """
     import sys
-    import fp8attn
-    import fp8attn.integrations.vllm
-    assert "vllm" not in sys.modules, "importing fp8attn (and its vLLM integration package) imported vLLM"
+    import fp8attn_vllm
+    assert "vllm" not in sys.modules and "fp8attn" not in sys.modules, "the plugin module imported vLLM or fp8attn"
 
     from importlib.metadata import entry_points
     eps = [(e.name, e.value) for e in entry_points(group="vllm.general_plugins")]
-    assert ("fp8attn", "fp8attn.integrations.vllm:register") in eps, eps
+    assert ("fp8attn", "fp8attn_vllm:register") in eps, eps
 
     from vllm.plugins import load_general_plugins
     from vllm.v1.attention.backends.registry import AttentionBackendEnum
-    assert "FP8ATTN" not in AttentionBackendEnum.__members__
+    assert not AttentionBackendEnum.CUSTOM.is_overridden()
     load_general_plugins()
     load_general_plugins()
-    cls = AttentionBackendEnum["FP8ATTN"].get_class()
+    # what every vLLM process (the API server too) pays for the plugin: no fp8attn, no compiled extension
+    assert "fp8attn" not in sys.modules and "fp8attn._C" not in sys.modules, sorted(sys.modules)
+    cls = AttentionBackendEnum.CUSTOM.get_class()
     print("RESOLVED", cls.__module__ + "." + cls.__qualname__, cls.get_name())
+    import fp8attn.integrations.vllm.backend  # where the backend runs, the extension is loaded
+    assert "fp8attn._C" in sys.modules
     """
 )
 
 
-# `vllm serve MODEL --attention-backend FP8ATTN --kv-cache-dtype fp8` as vLLM parses it: its CLI loads the
-# general plugins before parsing, so the dynamically registered name is a valid choice.
+# `vllm serve MODEL --attention-backend CUSTOM --kv-cache-dtype fp8` as vLLM parses it.
 CLI_PROBE = textwrap.dedent(
     """
     import json, sys
@@ -60,11 +62,11 @@ CLI_PROBE = textwrap.dedent(
     from vllm.v1.attention.backends.registry import AttentionBackendEnum
 
     parser = AsyncEngineArgs.add_cli_args(FlexibleArgumentParser())
-    args = parser.parse_args(["--model", sys.argv[1], "--skip-tokenizer-init", "--attention-backend", "FP8ATTN",
+    args = parser.parse_args(["--model", sys.argv[1], "--skip-tokenizer-init", "--attention-backend", "CUSTOM",
                               "--kv-cache-dtype", "fp8",
                               "--compilation-config", json.dumps({"pass_config": {"fuse_attn_quant": True}})])
     config = AsyncEngineArgs.from_cli_args(args).create_engine_config()
-    assert config.attention_config.backend is AttentionBackendEnum["FP8ATTN"], config.attention_config
+    assert config.attention_config.backend is AttentionBackendEnum.CUSTOM, config.attention_config
     assert config.cache_config.cache_dtype == "fp8"
     assert config.compilation_config.pass_config.fuse_attn_quant
     print("RESOLVED", config.attention_config.backend.get_class().__qualname__)
@@ -116,7 +118,7 @@ def _write_dist_info(where: Path) -> Path:
 
 def test_plugin_loader_registers_backend_from_declared_entry_point(tmp_path):
     out = _run_probe(tmp_path, dist_dir=_write_dist_info(tmp_path))
-    assert "RESOLVED fp8attn.integrations.vllm.backend.FP8AttnBackend FP8ATTN" in out, out
+    assert "RESOLVED fp8attn.integrations.vllm.backend.FP8AttnBackend CUSTOM" in out, out
 
 
 def test_installed_fp8attn_entry_point(tmp_path):
@@ -130,10 +132,11 @@ def test_installed_fp8attn_entry_point(tmp_path):
     if (GROUP, *ENTRY) not in eps:
         pytest.skip(f"the installed fp8attn ({dist.version}) predates the entry point; reinstall with pip install .")
     out = _run_probe(tmp_path)
-    assert "RESOLVED fp8attn.integrations.vllm.backend.FP8AttnBackend FP8ATTN" in out, out
+    assert "RESOLVED fp8attn.integrations.vllm.backend.FP8AttnBackend CUSTOM" in out, out
 
 
 def test_cli_attention_backend_flag_selects_fp8attn(tmp_path):
+    """The documented flag parses to the CUSTOM member, whose class the plugin registered."""
     import json
 
     model = tmp_path / "tiny-llama"

@@ -12,13 +12,18 @@ Written against vLLM 0.33.0's ``vllm.v1.attention.backend`` interfaces (read off
   with the layer's ``_k_scale`` / ``_v_scale`` by ``torch.ops.fp8attn.write_kv_cache``.
 - ``forward`` runs the whole mixed batch (prefills, chunked-prefill continuations, decodes) as one call of
   ``torch.ops.fp8attn.forward`` on the paged cache: varlen q (``query_start_loc``), ``seqused_k``
-  (``seq_lens``), ``block_table``, causal aligned bottom-right. All scales are the layer's device tensors;
+  (``seq_lens``), ``block_table``, causal aligned bottom-right. All scales are the layer's device tensors,
+  read where vLLM keeps them at every call (a weight reload or a captured graph sees the current values);
   max_seqlen_q / max_seqlen_k are given, so the op never synchronises with the host.
+
+The same interfaces are in vLLM 0.32 (``vllm>=0.32,<0.34``). vLLM selects the backend through its ``CUSTOM``
+slot, which fp8attn's plugin (:mod:`fp8attn_vllm`) registers; ``get_name()`` is therefore ``"CUSTOM"``.
 """
 
 from __future__ import annotations
 
 import copy
+import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
@@ -38,33 +43,26 @@ from vllm.v1.attention.backend import (
     MultipleOf,
 )
 
-from . import BACKEND_NAME
+import fp8attn  # noqa: F401  (loads the extension: registers torch.ops.fp8attn.*)
+from fp8attn.quant import default_p_scale, quantize
+from fp8attn_vllm import BACKEND_NAME
 
 if TYPE_CHECKING:
     from vllm.config import VllmConfig
     from vllm.config.cache import CacheDType
+    from vllm.v1.attention.selector import AttentionSelectorConfig
     from vllm.v1.kv_cache_interface import AttentionSpec, KVCacheSpec
+
+# Under vLLM's "vllm" logger, so that vLLM's handler prints it (with the process prefix) at its level.
+logger = logging.getLogger("vllm.fp8attn")
 
 # Head dims the fp8attn kernels are instantiated for (csrc/fwd_args.cpp kHeadDims).
 SUPPORTED_HEAD_SIZES: tuple[int, ...] = (64, 80, 96, 112, 128, 192, 256)
 # vLLM cache dtypes this backend reads: per-tensor-scaled FP8 e4m3 only. The kernels take FP8 K/V.
 SUPPORTED_KV_CACHE_DTYPES: tuple[str, ...] = ("fp8", "fp8_e4m3")
 FP8_KV_CACHE_DTYPES = frozenset(SUPPORTED_KV_CACHE_DTYPES)
-
-
-def _load_ops() -> None:
-    """Register torch.ops.fp8attn.* (importing fp8attn loads its extension and the ops' fake impls)."""
-    import fp8attn  # noqa: F401
-
-
-def _default_p_scale(fp8_dtype: torch.dtype) -> float:
-    """The P-quantization scale fp8attn uses when a checkpoint has none (see design §1)."""
-    try:
-        from fp8attn.quant import default_p_scale
-
-        return float(default_p_scale(fp8_dtype))
-    except ImportError:  # pragma: no cover - the package always ships quant.py
-        return 2.0**-8
+# validate_configuration's reason for a device capability the backend refuses (vLLM 0.32 and 0.33)
+_CAPABILITY_REASON = "compute capability not supported"
 
 
 class FP8AttnBackend(AttentionBackend):
@@ -78,7 +76,8 @@ class FP8AttnBackend(AttentionBackend):
 
     @staticmethod
     def get_name() -> str:
-        return BACKEND_NAME
+        # vLLM's layers look their backend up as AttentionBackendEnum[get_name()]: the slot it runs in.
+        return "CUSTOM"
 
     @staticmethod
     def get_impl_cls() -> type[FP8AttnImpl]:
@@ -106,7 +105,14 @@ class FP8AttnBackend(AttentionBackend):
         return attn_type == AttentionType.DECODER
 
     @classmethod
-    def supports_compute_capability(cls, capability: DeviceCapability) -> bool:
+    def supports_per_head_quant_scales(cls) -> bool:
+        # q scales of Hkv entries (one per KV head group, as vLLM loads them) are expanded to the op's H.
+        return True
+
+    @classmethod
+    def supports_compute_capability(cls, capability: DeviceCapability | None) -> bool:
+        if capability is None:  # vLLM's CPU platform; FP8ATTN runs there only through fp8attn_vllm's opt-in
+            return False
         if current_platform.is_rocm():
             # gfx942 (MI300, e4m3fnuz) and gfx950 (MI350, e4m3fn): the FP8 MFMA targets.
             return capability in (DeviceCapability(9, 4), DeviceCapability(9, 5))
@@ -138,6 +144,13 @@ class FP8AttnBackend(AttentionBackend):
             reasons.append(f"FP8ATTN supports head sizes {list(SUPPORTED_HEAD_SIZES)}, got {head_size}")
         return "; ".join(reasons) if reasons else None
 
+    @classmethod
+    def cpu_configuration_problems(cls, attn_selector_config: AttentionSelectorConfig) -> list[str]:
+        """validate_configuration's reasons for a layer on vLLM's CPU platform, where fp8attn runs its C++
+        CPU implementation and no compute capability applies (the platform reports None)."""
+        reasons = cls.validate_configuration(device_capability=None, **attn_selector_config._asdict())
+        return [r for r in reasons if r != _CAPABILITY_REASON]
+
 
 @dataclass
 class FP8AttnMetadata(AttentionMetadata):
@@ -150,7 +163,7 @@ class FP8AttnMetadata(AttentionMetadata):
     seq_lens: torch.Tensor  # int32 [num_reqs], context + new tokens -> seqused_k
     block_table: torch.Tensor  # int32 [num_reqs, max_blocks]
     slot_mapping: torch.Tensor  # int64 [num_actual_tokens]
-    causal: bool | torch.Tensor = True
+    causal: bool = True  # False: every key of the sequence is visible (a window is then symmetric)
 
 
 class FP8AttnMetadataBuilder(AttentionMetadataBuilder[FP8AttnMetadata]):
@@ -181,6 +194,10 @@ class FP8AttnMetadataBuilder(AttentionMetadataBuilder[FP8AttnMetadata]):
         fast_build: bool = False,
     ) -> FP8AttnMetadata:
         m = common_attn_metadata
+        if not isinstance(m.causal, bool):
+            raise NotImplementedError(
+                "FP8ATTN takes one causal flag per batch, not per-request causal flags (a tensor); "
+                "its selection refuses the configurations that produce them (use_non_causal)")
         return FP8AttnMetadata(
             num_actual_tokens=m.num_actual_tokens,
             max_query_len=m.max_query_len,
@@ -262,10 +279,7 @@ class FP8AttnImpl(AttentionImpl[FP8AttnMetadata]):
         # vLLM quantizes q with the layer's _q_scale before forward (a static per-tensor QuantFP8 that
         # torch.compile fuses into RoPE); forward also accepts a 16-bit q and quantizes it in-kernel.
         self.supports_quant_query_input = True
-        self._default_p_scale = _default_p_scale(self.fp8_dtype)
-        self._p_scale_key: tuple[int, int] | None = None
-        self._p_scale: torch.Tensor | None = None
-        _load_ops()
+        self._default_p_scale = default_p_scale(self.fp8_dtype)
 
     def fused_output_quant_supported(self, quant_key: QuantKey) -> bool:
         # Static per-tensor FP8 (o_proj's input scale): the kernel's epilogue writes sat(O / out_scale).
@@ -276,16 +290,20 @@ class FP8AttnImpl(AttentionImpl[FP8AttnMetadata]):
 
         vLLM leaves _prob_scale at exactly 1.0 when the checkpoint has no prob_output_scale (a calibrated
         one is about 1/448). P ∈ [0, 1] quantized with a scale of 1.0 would lose every p below 2⁻⁹, so 1.0
-        is replaced by the kernel's default, on the device (no host sync). The result is cached until the
-        layer's tensor is written again (its version counter changes).
+        is replaced by the kernel's default, on the device (no host sync). Computed from the layer's tensor
+        at every call, never cached: an in-place reload (``.data.copy_``, which keeps the version counter)
+        and a captured graph's replay both read the value the layer holds now.
         """
         src = layer._prob_scale
-        key = (src.data_ptr(), src._version)
-        if key != self._p_scale_key or self._p_scale is None:
-            s = src.detach().reshape(1).to(torch.float32)
-            self._p_scale = torch.where(s == 1.0, torch.full_like(s, self._default_p_scale), s)
-            self._p_scale_key = key
-        return self._p_scale
+        return torch.where(src == 1.0, self._default_p_scale, src).reshape(1)
+
+    def _q_scale(self, layer: AttentionLayer) -> torch.Tensor:
+        """The layer's q scale for the op: per tensor as it is, or per head (vLLM's per-head q scale has one
+        entry per KV head, for its group of query heads) expanded to the op's H entries."""
+        q_scale = layer._q_scale
+        if q_scale.numel() == self.num_kv_heads and self.num_queries_per_kv > 1:
+            return q_scale.reshape(-1).repeat_interleave(self.num_queries_per_kv)
+        return q_scale
 
     def _kv_caches(self, kv_cache: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         # [num_blocks, Hkv, block_size, 2D] (any physical layout) -> two [num_blocks, block_size, Hkv, D] views.
@@ -309,9 +327,14 @@ class FP8AttnImpl(AttentionImpl[FP8AttnMetadata]):
         key_cache, value_cache = self._kv_caches(kv_cache)
         # key/value may be padded beyond the scheduled tokens; slot_mapping is not.
         n = slot_mapping.shape[0]
-        torch.ops.fp8attn.write_kv_cache(
-            key[:n], value[:n], key_cache, value_cache, slot_mapping, layer._k_scale, layer._v_scale
-        )
+        key, value = key[:n], value[:n]
+        k_scale, v_scale = layer._k_scale, layer._v_scale
+        if k_scale.numel() > 1 or v_scale.numel() > 1:
+            # Per-head scales ([Hkv]): quantized here, the op writes FP8 rows as they are.
+            key = quantize(key, k_scale.reshape(1, -1, 1), self.fp8_dtype)
+            value = quantize(value, v_scale.reshape(1, -1, 1), self.fp8_dtype)
+            k_scale = v_scale = None
+        torch.ops.fp8attn.write_kv_cache(key, value, key_cache, value_cache, slot_mapping, k_scale, v_scale)
 
     def forward(
         self,
@@ -335,33 +358,51 @@ class FP8AttnImpl(AttentionImpl[FP8AttnMetadata]):
         if attn_metadata is None:
             # Profiling run.
             return output.fill_(0)
-        if attn_metadata.causal is not True:
-            raise NotImplementedError("FP8ATTN supports causal decoder attention only")
+        _announce(layer, query, output, kv_cache)
 
         n = attn_metadata.num_actual_tokens
+        causal = attn_metadata.causal
+        window_left, window_right = self.sliding_window
+        if not causal and window_left >= 0 and window_right == 0:
+            window_right = window_left  # a non-causal window looks both ways (as vLLM's FlashAttention does)
         key_cache, value_cache = self._kv_caches(kv_cache)
         torch.ops.fp8attn.forward(
             query[:n],
             key_cache,
             value_cache,
             output[:n],
-            attn_metadata.query_start_loc,
-            None,
-            attn_metadata.seq_lens,
-            attn_metadata.max_query_len,
-            attn_metadata.max_seq_len,
-            attn_metadata.block_table,
-            self.scale,
-            True,
-            self.sliding_window[0],
-            self.sliding_window[1],
-            self.logits_soft_cap,
-            layer._q_scale,
-            layer._k_scale,
-            layer._v_scale,
-            self._prob_scale(layer),
-            output_scale,
-            False,
-            0,
+            cu_seqlens_q=attn_metadata.query_start_loc,
+            cu_seqlens_k=None,
+            seqused_k=attn_metadata.seq_lens,
+            max_seqlen_q=attn_metadata.max_query_len,
+            max_seqlen_k=attn_metadata.max_seq_len,
+            block_table=attn_metadata.block_table,
+            softmax_scale=self.scale,
+            causal=causal,
+            window_left=window_left,
+            window_right=window_right,
+            softcap=self.logits_soft_cap,
+            q_descale=self._q_scale(layer),
+            k_descale=layer._k_scale,
+            v_descale=layer._v_scale,
+            p_scale=self._prob_scale(layer),
+            out_scale=output_scale,
+            return_softmax_lse=False,
+            kv_tile=0,
         )
         return output
+
+
+_announced = False
+
+
+def _announce(layer: AttentionLayer, query: torch.Tensor, output: torch.Tensor, kv_cache: torch.Tensor) -> None:
+    """Log the first forward of this process: the line that shows FP8ATTN (not another backend) ran."""
+    global _announced
+    if _announced:
+        return
+    _announced = True
+    logger.info("%s forward running (fp8attn on %s): layer %s, query %s, output %s, KV cache %s",
+                BACKEND_NAME, query.device.type, getattr(layer, "layer_name", "?"),
+                str(query.dtype).removeprefix("torch."), str(output.dtype).removeprefix("torch."),
+                tuple(kv_cache.shape))
