@@ -73,7 +73,7 @@ def test_unknown_isa_is_refused(monkeypatch):
     out=st.sampled_from(["fp8", torch.bfloat16, torch.float16]),
     mask=st.sampled_from(["none", "causal", "window", "causal_window"]),
     softcap=st.sampled_from([0.0, 0.0, 7.5]),
-    kv_tile=st.sampled_from([0, 7, 16, 64, 128, 1000]),
+    kv_tile=st.sampled_from([0, 7, 16, 64, 127, 128]),
     seed=st.integers(0, 2**16),
 )
 def test_every_isa_gives_the_scalar_bits(layout, batch, q_len, k_extra, group, head_dim, fp8, q_dtype, out, mask,

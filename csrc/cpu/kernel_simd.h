@@ -210,8 +210,10 @@ struct RowsKernel {
           if (i < n && a.lse) a.lse[a.lse_off[r]] = lane_lse(m[r], l[r], a.p_scale);
         }
         const F f = O::load(fac), inv_out = O::set1(a.inv_out_scale);
+        // A row that saw no key writes 0 even where a shared tile's P = 0 met a NaN v (0 * NaN).
+        const M none = O::eq(f, O::zero());
         for (int d = 0; d < D; ++d) {
-          const F o = O::mul(O::load(ot + (static_cast<size_t>(d) * rv + v) * W), f);
+          const F o = O::select(none, O::zero(), O::mul(O::load(ot + (static_cast<size_t>(d) * rv + v) * W), f));
           switch (a.out_type) {
             case ElemType::BF16: O::store(reinterpret_cast<float*>(code), O::from_bits(bf16_bits<O>(o))); break;
             case ElemType::FP16: O::store(reinterpret_cast<float*>(code), O::from_bits(fp16_bits<O>(o))); break;

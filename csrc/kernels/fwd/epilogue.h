@@ -58,8 +58,4 @@ FP8ATTN_HD int64_t flat_rows(const FwdParams& p) {
   return p.cu_seqlens_q ? static_cast<int64_t>(p.total_q) : static_cast<int64_t>(p.batch) * p.seqlen_q;
 }
 
-FP8ATTN_HD float lse_of(float m_log2, float l, float p_scale) {
-  return m_log2 == -INFINITY ? -INFINITY : m_log2 * kLn2 + logf(l * p_scale);
-}
-
 }  // namespace fp8attn

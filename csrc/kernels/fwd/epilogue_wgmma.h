@@ -49,7 +49,7 @@ struct EpilogueNvWgmma {
       for (int n = 0; n < Policy::kNTilesO; ++n) {  // elements 2ri, 2ri + 1: adjacent columns of row slot ri
         const int d = Tile::o_col(lane, 4 * n + 2 * ri);
         *reinterpret_cast<uint16_t*>(sQ + QK::offset(Policy::kBlockM, r, d)) =
-            nv::e4m3x2(st.acc[n][2 * ri] * f, st.acc[n][2 * ri + 1] * f);
+            nv::e4m3x2(out_value(st.acc[n][2 * ri], f), out_value(st.acc[n][2 * ri + 1], f));
       }
       store_lse(p, c, tr, ri, rs.lse[ri], lane);
     }

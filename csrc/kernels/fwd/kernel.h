@@ -102,10 +102,9 @@ struct RowScales {
     using Tile = typename Policy::Tile;
 #pragma unroll
     for (int ri = 0; ri < Tile::kRows; ++ri) {
-      const float l = Tile::row_sum(st.l[ri]);
-      const bool empty = st.m[ri] == -INFINITY;
-      o_scale[ri] = empty ? 0.f : v_descale * Tile::kInvProductScale / l;
-      lse[ri] = empty ? -INFINITY : lse_of(st.m[ri], l, p_scale);
+      const RowResult r = finish_row(st.m[ri], Tile::row_sum(st.l[ri]), v_descale * Tile::kInvProductScale, p_scale);
+      o_scale[ri] = r.o_scale;
+      lse[ri] = r.lse;
     }
   }
 };
@@ -144,7 +143,7 @@ FP8ATTN_DEVICE void store_rows(const FwdParams& p, const BlockCtx& c, const Thre
           for (int i = 0; i < 4; ++i) {
             const int d = Tile::o_col(lane, 4 * n + i);
             if (Tile::o_row(4 * n + i) == ri && (!kPadCols || d < Problem::kHeadDim))
-              ot.template store_as<decltype(type)::value>(p.out, off + d, st.acc[n][i] * o_scale);
+              ot.template store_as<decltype(type)::value>(p.out, off + d, out_value(st.acc[n][i], o_scale));
           }
         }
       };
@@ -164,7 +163,7 @@ FP8ATTN_DEVICE void store_rows(const FwdParams& p, const BlockCtx& c, const Thre
         for (int i = 0; i < 4; i += 2) {  // elements (i, i + 1) are adjacent columns of one row
           const int d = Tile::o_col(lane, 4 * n + i);
           if (Tile::o_row(4 * n + i) == ri && (!kPadCols || d < Problem::kHeadDim))
-            *reinterpret_cast<float2*>(o + d) = make_float2(st.acc[n][i] * o_scale, st.acc[n][i + 1] * o_scale);
+            *reinterpret_cast<float2*>(o + d) = make_float2(out_value(st.acc[n][i], o_scale), out_value(st.acc[n][i + 1], o_scale));
         }
       }
       if (Tile::row_leader(lane)) p.lse_accum[row] = lse;

@@ -10,7 +10,7 @@
 // Scalar API (host and device; the CPU implementation's per-row calls, docs/internal-interfaces.md):
 //   softmax_update(m_old, tile_max, exp2) -> {m, offset, alpha}
 //   needs_rescale(alpha)
-//   finish_row(m, l, o_factor, p_scale)   -> {o_scale, lse}
+//   finish_row(m, l, o_factor, p_scale)   -> {o_scale, lse};  out_value(acc, o_scale)
 //   quad_share(l)
 //   RowKeys<kHasMask>::of(mask, row), tile_needs_mask<kHasMask>(...)   (mask.h)
 //   PQuantize<K>                                                         (variant.h)
@@ -56,6 +56,9 @@ FP8ATTN_HD RowResult finish_row(float m, float l, float o_factor, float p_scale)
   const bool empty = m == -INFINITY;
   return {empty ? 0.f : o_factor / l, empty ? -INFINITY : m * kLn2 + logf(l * p_scale)};
 }
+// An output element from its accumulator: a row that saw no key (o_scale 0) writes 0 even where a
+// tile it shared with other rows multiplied a NaN v by its P = 0 (0 * NaN = NaN on tensor cores).
+FP8ATTN_HD float out_value(float acc, float o_scale) { return o_scale == 0.f ? 0.f : acc * o_scale; }
 
 // The share of a row sum held by each of the 4 lanes of a quad that all hold the whole sum (l from
 // the tensor cores' P8 . 1): the epilogue's Tile::row_sum adds the four copies (exact: a power of two).
