@@ -26,7 +26,7 @@ CALL = textwrap.dedent("""
 def _child(d: int, kv_tile: int = 0) -> str:
     r = subprocess.run([sys.executable, "-c", CALL.format(d=d, kv_tile=kv_tile)], capture_output=True, text=True,
                        timeout=300)
-    assert r.returncode == 0, f"head_dim={d} kv_tile={kv_tile}: the process ended with {r.returncode}\n{r.stderr[-2000:]}"
+    assert r.returncode == 0, f"head_dim={d} kv_tile={kv_tile}: exit {r.returncode}\n{r.stderr[-2000:]}"
     return r.stdout
 
 
