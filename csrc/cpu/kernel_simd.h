@@ -123,6 +123,24 @@ void prefetch_keys(const ItemArgs& a, int32_t j0, int32_t j1, bool is_v) {
   }
 }
 
+// Cache lines of the K and V rows of keys [j, end), a few at a time: spread over the work of a chunk, the
+// next chunk's rows arrive without a burst of prefetches waiting for miss buffers.
+template <class O>
+struct PrefetchCursor {
+  const ItemArgs* a = nullptr;
+  int32_t j = 0, end = 0;
+  int line = 0;  // of the current key: K lines, then V lines
+  void reset(const ItemArgs& args, int32_t j0, int32_t j1) { a = &args, j = j0, end = j1, line = 0; }
+  void step(int n) {
+    const int lines = (a ? a->head_dim + 63 : 0) / 64;
+    for (; n > 0 && j < end; --n) {
+      const bool v = line >= lines;
+      O::prefetch(reinterpret_cast<const char*>(key_row(a->keys, j, v)) + 64 * (v ? line - lines : line));
+      if (++line == 2 * lines) line = 0, ++j;
+    }
+  }
+};
+
 // Rows of keys [j0, j1) copied to dst ([j - j0][D] bytes): back-to-back loads keep many cache misses in
 // flight (packing straight from memory leaves one), the packing then reads L1.
 template <class O>
@@ -527,6 +545,7 @@ struct KeysKernel {
     float m[kMaxLanes], l[kMaxLanes], tmax[kMaxLanes], alpha[kMaxLanes], msub[kMaxLanes];
     double ltile[kMaxLanes];
     bool nan[kMaxLanes];
+    PrefetchCursor<O> pf;  // the next chunk's rows, a few lines per q·k / P·V step
 
     Item(const ItemArgs& args, const Layout& L) : a(args), D(args.head_dim), sr(srow(args.tile)) {
       unsigned char* base = static_cast<unsigned char*>(args.scratch);
@@ -547,8 +566,6 @@ struct KeysKernel {
           const int32_t j = c0 + kb * W + i;
           rows[i] = j < ja || j >= c1 ? nullptr : key_row(a.keys, j, false);
         }
-        const int32_t n0 = c1 + kb * W;
-        prefetch_keys<O>(a, n0, imin(n0 + W, a.key_end), false);
         P::template pack_kt<K>(rows, kt + static_cast<size_t>(kb) * 2 * W, D, static_cast<size_t>(kBlocks) * 2 * W);
       }
     }
@@ -569,6 +586,7 @@ struct KeysKernel {
             const auto b = P::bcast_pair(qn + static_cast<size_t>(r0 + r) * D + 2 * p);
             for (int k = 0; k < NKB; ++k) acc[r][k] = P::dot2(acc[r][k], kv[k], b);
           }
+          pf.step(2);
         }
         for (int r = 0; r < nr; ++r) {
           const int lane = r0 + r;
@@ -624,6 +642,7 @@ struct KeysKernel {
             for (int k = 0; k < ND; ++k)
               if (db0 + k < dblocks) acc[r][k] = P::dot2(acc[r][k], vv[k], b);
           }
+          pf.step(2);
         }
         for (int r = 0; r < nr; ++r)
           for (int k = 0; k < ND; ++k)
@@ -668,6 +687,7 @@ struct KeysKernel {
         for (int32_t c0 = cb; c0 < jb; c0 += kChunk) {
           const int32_t c1 = imin(c0 + kChunk, jb);
           const int nkb = (c1 - c0 + W - 1) / W;
+          pf.reset(a, c1, imin(c1 + kChunk, a.key_end));
           pack_kt(c0, c1, ja, nkb);
           qk_lanes(c0, c1, cb, nkb);
         }
@@ -689,7 +709,6 @@ struct KeysKernel {
           const int nkb = (c1 - c0 + W - 1) / W, pairs = (c1 - c0 + 1) / 2;
           for (int i = 0; i < pairs; ++i) {
             const int32_t j = c0 + 2 * i;
-            if (i % 8 == 0) prefetch_keys<O>(a, c1 + 2 * i, imin(c1 + 2 * i + 16, a.key_end), true);  // the next chunk's
             pack_v_pair<P, K>(j >= ja ? key_row(a.keys, j, true) : nullptr,
                               j + 1 < c1 ? key_row(a.keys, j + 1, true) : nullptr, vc + static_cast<size_t>(i) * 2 * D, D);
           }
