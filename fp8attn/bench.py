@@ -1,4 +1,7 @@
-"""Benchmark: ``python -m fp8attn.bench [--out-dir DIR] [--quick] [--only KIND] [--peers LIST]``.
+"""Benchmark: ``python -m fp8attn.bench [--device cuda|cpu] [--out-dir DIR] [--quick] [--only KIND] [--peers LIST]``.
+
+``--device cpu`` runs the CPU benchmark (:mod:`fp8attn.bench_cpu`); the GPU benchmark (the default) is
+described here.
 
 Prefill shapes of design.md §6, GQA variants (32 q / 8 kv heads), varlen batches, and decode
 (batch 1-64, context 1k-32k, paged FP8 KV), with the peers that import on this machine side by
@@ -400,9 +403,15 @@ def main(argv=None):
                          "name shows it)")
     ap.add_argument("--peers", default="all",
                     help="comma list of flash,cudnn,cudnn_fp8 to run beside fp8attn, 'none' or 'all' (default)")
+    ap.add_argument("--device", choices=["cuda", "cpu"], default="cuda",
+                    help="cuda: the GPU benchmark (default); cpu: fp8attn's CPU kernels vs SDPA and vLLM's CPU_ATTN "
+                         "(bench-cpu.json / bench-cpu.md)")
     args = ap.parse_args(argv)
+    if args.device == "cpu":
+        from .bench_cpu import main as cpu_main
+        return cpu_main(args)
     if not torch.cuda.is_available():
-        print("fp8attn.bench needs a GPU")
+        print("fp8attn.bench needs a GPU (--device cpu runs the CPU benchmark)")
         return 1
     peers = peers_available()
     if args.peers != "all":

@@ -4,9 +4,9 @@
 
 namespace fp8attn::cpu {
 namespace {
-using Rows = RowsKernel<Avx2Ops, Fp32Pairs<Avx2Ops>, 4, 4>;
+using Kernel8 = SimdKernel<RowsKernel<Avx2Ops, Fp32Pairs<Avx2Ops>, 4, 4>, KeysKernel<Avx2Ops, Fp32Pairs<Avx2Ops>, 4, 2, 2>, 8>;
 }  // namespace
 
-Kernel avx2_kernel() { return {&Rows::scratch_bytes, &Rows::run}; }
+Kernel avx2_kernel() { return Kernel8::kernel(); }
 
 }  // namespace fp8attn::cpu

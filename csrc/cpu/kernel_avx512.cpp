@@ -4,9 +4,10 @@
 
 namespace fp8attn::cpu {
 namespace {
-using Rows = RowsKernel<Avx512Ops, Fp32Pairs<Avx512Ops>, 8, 8>;
+using Kernel16 = SimdKernel<RowsKernel<Avx512Ops, Fp32Pairs<Avx512Ops>, 8, 8>,
+                            KeysKernel<Avx512Ops, Fp32Pairs<Avx512Ops>, 4, 4, 4>, 16>;
 }  // namespace
 
-Kernel avx512_kernel() { return {&Rows::scratch_bytes, &Rows::run}; }
+Kernel avx512_kernel() { return Kernel16::kernel(); }
 
 }  // namespace fp8attn::cpu

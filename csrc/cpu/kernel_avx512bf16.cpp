@@ -37,36 +37,72 @@ struct Bf16Lut {
 template <Fp8Kind K>
 constexpr Bf16Lut<K> kLut{};
 
-// vpermt2b indices that pair byte i of the low-byte vector with byte i of the high-byte one: words
-// 0-31 (kWords0) and 32-63 (kWords1).
-template <int first>
+// vpermt2b indices that pair byte src(w) of the low-byte vector with the same byte of the high-byte one,
+// for words w = 0..31.
 struct WordIndex {
   alignas(64) uint8_t idx[64];
-  constexpr WordIndex() : idx{} {
+  template <class Src>
+  constexpr explicit WordIndex(Src src) : idx{} {
     for (int w = 0; w < 32; ++w) {
-      idx[2 * w] = static_cast<uint8_t>(first + w);
-      idx[2 * w + 1] = static_cast<uint8_t>(64 + first + w);
+      idx[2 * w] = static_cast<uint8_t>(src(w));
+      idx[2 * w + 1] = static_cast<uint8_t>(64 + src(w));
     }
   }
 };
-constexpr WordIndex<0> kWords0{};
-constexpr WordIndex<32> kWords1{};
+constexpr WordIndex kWords0{[](int w) { return w; }};       // bytes 0-31 in order
+constexpr WordIndex kWords1{[](int w) { return 32 + w; }};  // bytes 32-63
+// Bytes of 16 dwords (key i's d 4c..4c+3 at 4i..4i+3) -> the pair vectors of d pairs 2c and 2c+1.
+constexpr WordIndex kPairsEven{[](int w) { return 4 * (w / 2) + w % 2; }};
+constexpr WordIndex kPairsOdd{[](int w) { return 4 * (w / 2) + 2 + w % 2; }};
+
+// The low and high bytes of the bf16 value of each of 64 FP8 codes.
+template <Fp8Kind K>
+void lut_bytes(__m512i x, __m512i* lo, __m512i* hi) {
+  const Bf16Lut<K>& t = kLut<K>;
+  const __m512i mag = _mm512_and_si512(x, _mm512_set1_epi8(0x7f));
+  *lo = _mm512_permutex2var_epi8(_mm512_load_si512(t.lo), mag, _mm512_load_si512(t.lo + 64));
+  *hi = _mm512_permutex2var_epi8(_mm512_load_si512(t.hi), mag, _mm512_load_si512(t.hi + 64));
+  *hi = _mm512_ternarylogic_epi32(*hi, x, _mm512_set1_epi8(static_cast<char>(0x80)), 0xf8);  // hi | (x & 0x80)
+  if (K == Fp8Kind::E4M3FNUZ) {  // 0x80 is NaN
+    const __mmask64 nan = _mm512_cmpeq_epi8_mask(x, _mm512_set1_epi8(static_cast<char>(0x80)));
+    *hi = _mm512_mask_mov_epi8(*hi, nan, _mm512_set1_epi8(0x7f));
+    *lo = _mm512_mask_mov_epi8(*lo, nan, _mm512_set1_epi8(static_cast<char>(0xc0)));
+  }
+}
+
+__m512i words(__m512i lo, __m512i hi, const WordIndex& w) { return _mm512_permutex2var_epi8(lo, _mm512_load_si512(w.idx), hi); }
 
 // 64 FP8 codes -> their 64 bf16 values in order (words 0-31 in w0, 32-63 in w1).
 template <Fp8Kind K>
 void to_bf16(__m512i x, __m512i* w0, __m512i* w1) {
-  const Bf16Lut<K>& t = kLut<K>;
-  const __m512i mag = _mm512_and_si512(x, _mm512_set1_epi8(0x7f));
-  __m512i lo = _mm512_permutex2var_epi8(_mm512_load_si512(t.lo), mag, _mm512_load_si512(t.lo + 64));
-  __m512i hi = _mm512_permutex2var_epi8(_mm512_load_si512(t.hi), mag, _mm512_load_si512(t.hi + 64));
-  hi = _mm512_ternarylogic_epi32(hi, x, _mm512_set1_epi8(static_cast<char>(0x80)), 0xf8);  // hi | (x & 0x80)
-  if (K == Fp8Kind::E4M3FNUZ) {  // 0x80 is NaN
-    const __mmask64 nan = _mm512_cmpeq_epi8_mask(x, _mm512_set1_epi8(static_cast<char>(0x80)));
-    hi = _mm512_mask_mov_epi8(hi, nan, _mm512_set1_epi8(0x7f));
-    lo = _mm512_mask_mov_epi8(lo, nan, _mm512_set1_epi8(static_cast<char>(0xc0)));
+  __m512i lo, hi;
+  lut_bytes<K>(x, &lo, &hi);
+  *w0 = words(lo, hi, kWords0);
+  *w1 = words(lo, hi, kWords1);
+}
+
+// Rows r[0..15] (16 dwords each) -> their transpose: out[c] holds dword c of every row.
+void transpose16(__m512i r[16]) {
+  __m512i a[16], b[16];
+  for (int i = 0; i < 16; i += 2) {
+    a[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
+    a[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
   }
-  *w0 = _mm512_permutex2var_epi8(lo, _mm512_load_si512(kWords0.idx), hi);
-  *w1 = _mm512_permutex2var_epi8(lo, _mm512_load_si512(kWords1.idx), hi);
+  for (int i = 0; i < 16; i += 4) {
+    b[i] = _mm512_unpacklo_epi64(a[i], a[i + 2]);
+    b[i + 1] = _mm512_unpackhi_epi64(a[i], a[i + 2]);
+    b[i + 2] = _mm512_unpacklo_epi64(a[i + 1], a[i + 3]);
+    b[i + 3] = _mm512_unpackhi_epi64(a[i + 1], a[i + 3]);
+  }
+  // b[4g + k]: in 128-bit lane L, column 4L + k of rows 4g..4g+3.
+  for (int k = 0; k < 4; ++k) {
+    const __m512i c0 = _mm512_shuffle_i32x4(b[k], b[4 + k], 0x88), c1 = _mm512_shuffle_i32x4(b[k], b[4 + k], 0xdd);
+    const __m512i c2 = _mm512_shuffle_i32x4(b[8 + k], b[12 + k], 0x88), c3 = _mm512_shuffle_i32x4(b[8 + k], b[12 + k], 0xdd);
+    r[k] = _mm512_shuffle_i32x4(c0, c2, 0x88);
+    r[8 + k] = _mm512_shuffle_i32x4(c0, c2, 0xdd);
+    r[4 + k] = _mm512_shuffle_i32x4(c1, c3, 0x88);
+    r[12 + k] = _mm512_shuffle_i32x4(c1, c3, 0xdd);
+  }
 }
 
 __mmask64 bytes_mask(int n) { return n >= 64 ? ~__mmask64{0} : (__mmask64{1} << n) - 1; }
@@ -96,6 +132,9 @@ struct Bf16Pairs {
     _mm512_storeu_si512(dst, _mm512_ternarylogic_epi32(_mm512_srli_epi32(_mm512_castps_si512(even), 16),
                                                        _mm512_castps_si512(odd), _mm512_set1_epi32(0xffff0000u), 0xf8));
   }
+  static void store_e(E* dst, F x) {  // 16 values of FP8 precision
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst), _mm512_cvtepi32_epi16(_mm512_srli_epi32(_mm512_castps_si512(x), 16)));
+  }
   template <Fp8Kind K>
   static void convert_row(const uint8_t* src, E* dst, int n) {
     for (int i = 0; i < n; i += 64) {
@@ -104,6 +143,23 @@ struct Bf16Pairs {
       to_bf16<K>(_mm512_maskz_loadu_epi8(bytes_mask(rem), src + i), &w0, &w1);
       _mm512_mask_storeu_epi16(dst + i, words_mask(rem), w0);
       if (rem > 32) _mm512_mask_storeu_epi16(dst + i + 32, words_mask(rem - 32), w1);
+    }
+  }
+  // 16 keys' rows (null: a zero row) -> the D/2 pair vectors over keys, pair p at dst + p * stride.
+  template <Fp8Kind K>
+  static void pack_kt(const uint8_t* const rows[16], E* dst, int D, size_t stride) {
+    for (int d0 = 0; d0 < D; d0 += 64) {
+      const __mmask64 mk = bytes_mask(D - d0);
+      __m512i r[16];
+      for (int i = 0; i < 16; ++i) r[i] = rows[i] ? _mm512_maskz_loadu_epi8(mk, rows[i] + d0) : _mm512_setzero_si512();
+      transpose16(r);
+      for (int c = 0; c < 16 && d0 + 4 * c < D; ++c) {  // d 4c..4c+3 of the slab: pairs d0/2 + 2c, +1
+        __m512i lo, hi;
+        lut_bytes<K>(r[c], &lo, &hi);
+        E* p = dst + static_cast<size_t>(d0 / 2 + 2 * c) * stride;
+        _mm512_storeu_si512(p, words(lo, hi, kPairsEven));
+        _mm512_storeu_si512(p + stride, words(lo, hi, kPairsOdd));
+      }
     }
   }
   // Keys r0, r1 (either may be null: a zero row) -> [d][2] words.
@@ -127,10 +183,10 @@ struct Bf16Pairs {
   }
 };
 
-using Rows = RowsKernel<Avx512Ops, Bf16Pairs, 8, 8>;
+using Kernel16 = SimdKernel<RowsKernel<Avx512Ops, Bf16Pairs, 8, 8>, KeysKernel<Avx512Ops, Bf16Pairs, 4, 4, 4>, 16>;
 
 }  // namespace
 
-Kernel avx512bf16_kernel() { return {&Rows::scratch_bytes, &Rows::run}; }
+Kernel avx512bf16_kernel() { return Kernel16::kernel(); }
 
 }  // namespace fp8attn::cpu

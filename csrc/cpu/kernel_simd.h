@@ -47,10 +47,25 @@ struct Fp32Pairs {
     O::store(dst, even);
     O::store(dst + W, odd);
   }
+  static void store_e(E* dst, F x) { O::store(dst, x); }  // W values of FP8 precision
   // n FP8 codes -> their values in natural order (n a multiple of W).
   template <Fp8Kind K>
   static void convert_row(const uint8_t* src, E* dst, int n) {
     for (int i = 0; i < n; i += W) O::store(dst + i, fp8_value<O, K>(O::load_u8(src + i)));
+  }
+  // W keys' rows (null: a zero row) -> the D/2 pair vectors over keys, pair p at dst + p * stride.
+  template <Fp8Kind K>
+  static void pack_kt(const uint8_t* const rows[W], E* dst, int D, size_t stride) {
+    alignas(64) float row[256];
+    for (int i = 0; i < W; ++i) {
+      if (rows[i]) {
+        convert_row<K>(rows[i], row, D);
+      } else {
+        std::memset(row, 0, sizeof(float) * D);
+      }
+      for (int p = 0; p < D / 2; ++p)
+        for (int t = 0; t < 2; ++t) dst[p * stride + vidx(i, t)] = row[2 * p + t];
+    }
   }
   // Keys r0, r1 (either may be null: a zero row) -> D/W pair vectors over d.
   template <Fp8Kind K>
@@ -72,6 +87,67 @@ void pack_v_pair(const uint8_t* r0, const uint8_t* r1, typename P::E* dst, int D
   P::template pack_v_pair<K>(r0, r1, dst, D);
 }
 
+// Lane r's q8 values (a 16-bit q quantized), head_dim floats.
+template <class O, Fp8Kind K>
+void load_q_row(const ItemArgs& a, int r, float* q) {
+  constexpr int W = O::W;
+  const int64_t off = a.q_off[r];
+  const auto inv = O::set1(a.q_type == ElemType::FP8 ? 1.f : a.inv_q_descale[r]);
+  for (int d = 0; d < a.head_dim; d += W) {
+    if (a.q_type == ElemType::FP8) {
+      O::store(q + d, fp8_value<O, K>(O::load_u8(static_cast<const uint8_t*>(a.q) + off + d)));
+    } else {
+      const uint16_t* src = static_cast<const uint16_t*>(a.q) + off + d;
+      const auto x = a.q_type == ElemType::BF16 ? O::load_bf16(src) : O::load_fp16(src);
+      O::store(q + d, fp8_round_signed<O, K>(O::mul(x, inv)));
+    }
+  }
+}
+
+// Output values O -> their codes in the output type (FP8 after the out scale; bf16 / fp16).
+template <class O, Fp8Kind K>
+typename O::I encode_out(const ItemArgs& a, typename O::F o) {
+  switch (a.out_type) {
+    case ElemType::BF16: return bf16_bits<O>(o);
+    case ElemType::FP16: return fp16_bits<O>(o);
+    default: return fp8_code<O, K>(O::mul(o, O::set1(a.inv_out_scale)));
+  }
+}
+
+// Rows of keys [j0, j1) into the cache ahead of use (consecutive keys are a head stride apart).
+template <class O>
+void prefetch_keys(const ItemArgs& a, int32_t j0, int32_t j1, bool is_v) {
+  for (int32_t j = j0; j < j1; ++j) {
+    const char* row = reinterpret_cast<const char*>(key_row(a.keys, j, is_v));
+    for (int off = 0; off < a.head_dim; off += 64) O::prefetch(row + off);
+  }
+}
+
+// Cache lines of the K and V rows of keys [j, end), a few at a time: spread over the work of a chunk, the
+// next chunk's rows arrive without a burst of prefetches waiting for miss buffers.
+template <class O>
+struct PrefetchCursor {
+  const ItemArgs* a = nullptr;
+  int32_t j = 0, end = 0;
+  int line = 0;  // of the current key: K lines, then V lines
+  void reset(const ItemArgs& args, int32_t j0, int32_t j1) { a = &args, j = j0, end = j1, line = 0; }
+  void step(int n) {
+    const int lines = (a ? a->head_dim + 63 : 0) / 64;
+    for (; n > 0 && j < end; --n) {
+      const bool v = line >= lines;
+      O::prefetch(reinterpret_cast<const char*>(key_row(a->keys, j, v)) + 64 * (v ? line - lines : line));
+      if (++line == 2 * lines) line = 0, ++j;
+    }
+  }
+};
+
+// Rows of keys [j0, j1) copied to dst ([j - j0][D] bytes): back-to-back loads keep many cache misses in
+// flight (packing straight from memory leaves one), the packing then reads L1.
+template <class O>
+void stage_keys(const ItemArgs& a, int32_t j0, int32_t j1, bool is_v, uint8_t* dst) {
+  for (int32_t j = j0; j < j1; ++j) O::copy_row(dst + static_cast<size_t>(j - j0) * a.head_dim, key_row(a.keys, j, is_v), a.head_dim);
+}
+
 // The kernel. NK keys x nv row vectors per q·k step, ND columns x nv row vectors per P·V step (nv 1 or 2).
 template <class O, class P, int NK, int ND>
 struct RowsKernel {
@@ -83,7 +159,7 @@ struct RowsKernel {
 
   // Scratch offsets for rv = ceil(lanes / W) row vectors.
   struct Layout {
-    size_t qt, kc, vc, s, pt, ot, lo, hi, scale, m, l, tmax, alpha, msub, nan, ltile, total;
+    size_t stage, qt, kc, vc, s, pt, ot, lo, hi, scale, m, l, tmax, alpha, msub, nan, ltile, total;
     Layout(int D, int tile, int lanes) {
       const size_t lanes_p = static_cast<size_t>((lanes + W - 1) / W) * W;
       size_t o = 0;
@@ -92,6 +168,7 @@ struct RowsKernel {
         o += align64(bytes);
         return at;
       };
+      stage = take(static_cast<size_t>(D) * kChunk);                 // [key][D] FP8 codes
       qt = take(sizeof(E) * D * lanes_p);                          // [D/2][rv][2W]
       kc = take(sizeof(E) * D * (kChunk + NK));                     // [key][D]
       vc = take(sizeof(E) * D * kChunk);                            // [key pair][D/W][2W]
@@ -119,6 +196,7 @@ struct RowsKernel {
     const ItemArgs& a;
     const int D, rv;
     const size_t srow;  // floats per row vector in s
+    uint8_t* stage;
     E *qt, *kc, *vc, *pt;
     float *s, *ot, *scale, *m, *l, *tmax, *alpha, *msub, *nan;
     int32_t *lo, *hi;
@@ -128,6 +206,7 @@ struct RowsKernel {
     Item(const ItemArgs& args, const Layout& L)
         : a(args), D(args.head_dim), rv((args.lanes + W - 1) / W), srow((static_cast<size_t>(args.tile) + 2) * W) {
       unsigned char* base = static_cast<unsigned char*>(args.scratch);
+      stage = base + L.stage;
       qt = reinterpret_cast<E*>(base + L.qt);
       kc = reinterpret_cast<E*>(base + L.kc);
       vc = reinterpret_cast<E*>(base + L.vc);
@@ -173,7 +252,7 @@ struct RowsKernel {
         for (int i = 0; i < W; ++i) {
           const int r = v * W + i;
           if (r < a.lanes) {
-            load_q(r, q);
+            load_q_row<O, K>(a, r, q);
           } else {
             std::memset(q, 0, sizeof(float) * D);
           }
@@ -183,22 +262,7 @@ struct RowsKernel {
       std::memset(ot, 0, sizeof(float) * D * rv * W);
     }
 
-    // Lane r's q8 values (a 16-bit q quantized).
-    void load_q(int r, float* q) const {
-      const int64_t off = a.q_off[r];
-      const F inv = O::set1(a.q_type == ElemType::FP8 ? 1.f : a.inv_q_descale[r]);
-      for (int d = 0; d < D; d += W) {
-        if (a.q_type == ElemType::FP8) {
-          O::store(q + d, fp8_value<O, K>(O::load_u8(static_cast<const uint8_t*>(a.q) + off + d)));
-        } else {
-          const uint16_t* src = static_cast<const uint16_t*>(a.q) + off + d;
-          const F x = a.q_type == ElemType::BF16 ? O::load_bf16(src) : O::load_fp16(src);
-          O::store(q + d, fp8_round_signed<O, K>(O::mul(x, inv)));
-        }
-      }
-    }
-
-    // The lanes' output rows and lse from O^T (ItemArgs' epilogue).
+    // The lanes' output rows and lse from O^T (ItemArgs' epilogue), vectors over lanes.
     void epilogue() const {
       alignas(64) float fac[W];
       alignas(64) uint32_t code[W];
@@ -209,16 +273,13 @@ struct RowsKernel {
           fac[i] = i < n ? out_factor(m[r], l[r], a.v_descale) : 0.f;
           if (i < n && a.lse) a.lse[a.lse_off[r]] = lane_lse(m[r], l[r], a.p_scale);
         }
-        const F f = O::load(fac), inv_out = O::set1(a.inv_out_scale);
+        const F f = O::load(fac);
         // A row that saw no key writes 0 even where a shared tile's P = 0 met a NaN v (0 * NaN).
         const M none = O::eq(f, O::zero());
         for (int d = 0; d < D; ++d) {
-          const F o = O::select(none, O::zero(), O::mul(O::load(ot + (static_cast<size_t>(d) * rv + v) * W), f));
-          switch (a.out_type) {
-            case ElemType::BF16: O::store(reinterpret_cast<float*>(code), O::from_bits(bf16_bits<O>(o))); break;
-            case ElemType::FP16: O::store(reinterpret_cast<float*>(code), O::from_bits(fp16_bits<O>(o))); break;
-            default: O::store(reinterpret_cast<float*>(code), O::from_bits(fp8_code<O, K>(O::mul(o, inv_out))));
-          }
+          O::store(reinterpret_cast<float*>(code),
+                   O::from_bits(encode_out<O, K>(
+                       a, O::select(none, O::zero(), O::mul(O::load(ot + (static_cast<size_t>(d) * rv + v) * W), f)))));
           for (int i = 0; i < n; ++i) {
             const int64_t at = a.o_off[v * W + i] + d;
             if (a.out_type == ElemType::FP8) {
@@ -368,14 +429,6 @@ struct RowsKernel {
       }
     }
 
-    // Rows of keys [j0, j1) into the cache ahead of use (consecutive keys are a head stride apart).
-    void prefetch(int32_t j0, int32_t j1, bool is_v) const {
-      for (int32_t j = j0; j < j1; ++j) {
-        const char* row = reinterpret_cast<const char*>(key_row(a.keys, j, is_v));
-        for (int off = 0; off < D; off += 64) O::prefetch(row + off);
-      }
-    }
-
     void run() {
       setup();
       const int32_t tile = a.tile;
@@ -394,28 +447,31 @@ struct RowsKernel {
         }
         if (!any) continue;  // a tile no lane sees changes nothing
         for (int32_t c0 = cb; c0 < jb; c0 += kChunk) {
-          const int32_t c1 = imin(c0 + kChunk, jb);
+          const int32_t c1 = imin(c0 + kChunk, jb), s0 = imax(c0, ja);
+          stage_keys<O>(a, s0, c1, false, stage);
+          prefetch_keys<O>(a, c1, imin(c1 + kChunk, a.key_end), false);  // the next chunk's keys
+          prefetch_keys<O>(a, s0, c1, true);                               // and this chunk's values, used below
           for (int32_t j = c0; j < c1 + (NK - 1); ++j) {
             E* dst = kc + static_cast<size_t>(j - c0) * D;
             if (j < ja || j >= c1) {
               std::memset(dst, 0, sizeof(E) * D);
             } else {
-              P::template convert_row<K>(key_row(a.keys, j, false), dst, D);
+              P::template convert_row<K>(stage + static_cast<size_t>(j - s0) * D, dst, D);
             }
           }
-          prefetch(c1, imin(c1 + kChunk, a.key_end), false);  // the next chunk's keys
-          prefetch(imax(c0, ja), c1, true);                     // and this chunk's values, used below
           for_groups(act, c0, c1, [&](int v, int n) { n == 2 ? qk<2>(v, c0, c1, cb) : qk<1>(v, c0, c1, cb); });
         }
         for (int v = 0; v < rv; ++v)
           if (act[v]) update_max(v);
         for (int32_t c0 = cb; c0 < jb; c0 += kChunk) {
-          const int32_t c1 = imin(c0 + kChunk, jb);
+          const int32_t c1 = imin(c0 + kChunk, jb), s0 = imax(c0, ja);
           const int pairs = (c1 - c0 + 1) / 2;
+          stage_keys<O>(a, s0, c1, true, stage);
           for (int i = 0; i < pairs; ++i) {
             const int32_t j = c0 + 2 * i;
-            pack_v_pair<P, K>(j >= ja ? key_row(a.keys, j, true) : nullptr,
-                              j + 1 < c1 ? key_row(a.keys, j + 1, true) : nullptr, vc + static_cast<size_t>(i) * 2 * D, D);
+            pack_v_pair<P, K>(j >= ja ? stage + static_cast<size_t>(j - s0) * D : nullptr,
+                              j + 1 < c1 ? stage + static_cast<size_t>(j + 1 - s0) * D : nullptr,
+                              vc + static_cast<size_t>(i) * 2 * D, D);
           }
           for_groups(act, c0, c1, [&](int v, int n) {
             for (int u = v; u < v + n; ++u) probs(u, c0, c1, cb);
@@ -446,6 +502,267 @@ struct RowsKernel {
       }
     }
   }
+};
+
+// The kernel for items of a few lanes (decode, GQA groups): q·k vectorized over keys (K^T: pair
+// vectors over keys per d pair), P·V over d (V as in RowsKernel), O in rows [lane][D]. NR lanes x NKB
+// key vectors per q·k step, NR lanes x ND column vectors per P·V step.
+template <class O, class P, int NR, int NKB, int ND>
+struct KeysKernel {
+  using F = typename O::F;
+  using M = typename O::M;
+  using E = typename P::E;
+  static constexpr int W = O::W;
+  static constexpr int kBlocks = kChunk / W;  // key vectors per chunk
+  static constexpr int kMaxLanes = 16;
+
+  static size_t srow(int tile) { return static_cast<size_t>((tile + 1) / kChunk + 1) * kChunk; }
+  struct Layout {
+    size_t qn, kt, vc, s, pn, o, tmp, total;
+    Layout(int D, int tile) {
+      size_t at = 0;
+      auto take = [&](size_t bytes) {
+        const size_t here = at;
+        at += align64(bytes);
+        return here;
+      };
+      qn = take(sizeof(E) * D * kMaxLanes);        // [lane][D]
+      kt = take(sizeof(E) * D * kChunk);           // [D/2][kBlocks][2W]
+      vc = take(sizeof(E) * D * kChunk);           // [key pair][D/W][2W]
+      s = take(sizeof(float) * srow(tile) * kMaxLanes);  // [lane][key]
+      pn = take(sizeof(E) * kChunk * kMaxLanes);   // [lane][key]
+      o = take(sizeof(float) * D * kMaxLanes);     // [lane][D]
+      tmp = take(sizeof(float) * D);
+      total = at;
+    }
+  };
+  static size_t scratch_bytes(int32_t D, int32_t tile, int32_t) { return Layout(D, tile).total; }
+
+  template <Fp8Kind K>
+  struct Item {
+    const ItemArgs& a;
+    const int D;
+    const size_t sr;
+    E *qn, *kt, *vc, *pn;
+    float *s, *o, *tmp;
+    float m[kMaxLanes], l[kMaxLanes], tmax[kMaxLanes], alpha[kMaxLanes], msub[kMaxLanes];
+    double ltile[kMaxLanes];
+    bool nan[kMaxLanes];
+    PrefetchCursor<O> pf;  // the next chunk's rows, a few lines per q·k / P·V step
+
+    Item(const ItemArgs& args, const Layout& L) : a(args), D(args.head_dim), sr(srow(args.tile)) {
+      unsigned char* base = static_cast<unsigned char*>(args.scratch);
+      qn = reinterpret_cast<E*>(base + L.qn);
+      kt = reinterpret_cast<E*>(base + L.kt);
+      vc = reinterpret_cast<E*>(base + L.vc);
+      pn = reinterpret_cast<E*>(base + L.pn);
+      s = reinterpret_cast<float*>(base + L.s);
+      o = reinterpret_cast<float*>(base + L.o);
+      tmp = reinterpret_cast<float*>(base + L.tmp);
+    }
+
+    // K^T of chunk keys [c0, c0 + nkb W): key j < ja or >= c1 as zeros; the next chunk's keys fetched ahead.
+    void pack_kt(int32_t c0, int32_t c1, int32_t ja, int nkb) {
+      const uint8_t* rows[W];
+      for (int kb = 0; kb < nkb; ++kb) {
+        for (int i = 0; i < W; ++i) {
+          const int32_t j = c0 + kb * W + i;
+          rows[i] = j < ja || j >= c1 ? nullptr : key_row(a.keys, j, false);
+        }
+        P::template pack_kt<K>(rows, kt + static_cast<size_t>(kb) * 2 * W, D, static_cast<size_t>(kBlocks) * 2 * W);
+      }
+    }
+
+    // Logits of lanes [r0, r0 + nr) for the chunk's key vectors into s, -inf outside [lo, min(hi, c1)).
+    template <int nr>
+    void qk(int r0, int32_t c0, int32_t c1, int32_t cb, int nkb) {
+      alignas(64) static constexpr int32_t kIota[16] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+      const F ninf = O::set1(-std::numeric_limits<float>::infinity());
+      for (int kb0 = 0; kb0 < nkb; kb0 += NKB) {
+        F acc[nr][NKB];
+        for (int r = 0; r < nr; ++r)
+          for (int k = 0; k < NKB; ++k) acc[r][k] = O::zero();
+        for (int p = 0; p < D / 2; ++p) {
+          typename P::V2 kv[NKB];
+          for (int k = 0; k < NKB; ++k) kv[k] = P::load_pv(kt + (static_cast<size_t>(p) * kBlocks + kb0 + k) * 2 * W);
+          for (int r = 0; r < nr; ++r) {
+            const auto b = P::bcast_pair(qn + static_cast<size_t>(r0 + r) * D + 2 * p);
+            for (int k = 0; k < NKB; ++k) acc[r][k] = P::dot2(acc[r][k], kv[k], b);
+          }
+          pf.step(2);
+        }
+        for (int r = 0; r < nr; ++r) {
+          const int lane = r0 + r;
+          const F sc = O::set1(a.logit_scale[lane]);
+          const auto lo = O::set1i(static_cast<uint32_t>(a.lo[lane]));
+          const auto hi = O::set1i(static_cast<uint32_t>(imin(a.hi[lane], c1)));
+          F tm = O::set1(tmax[lane]);
+          M nm = O::mzero();
+          for (int k = 0; k < NKB && kb0 + k < nkb; ++k) {
+            const int32_t j0 = c0 + (kb0 + k) * W;
+            const auto jv = O::addi(O::set1i(static_cast<uint32_t>(j0)), O::loadi(kIota));
+            F x = a.softcap_log2 > 0.f ? O::mul(O::set1(a.softcap_log2), tanh<O>(O::mul(acc[r][k], sc)))
+                                       : O::mul(acc[r][k], sc);
+            x = O::select(O::mandn(O::lti(jv, lo), O::lti(jv, hi)), x, ninf);
+            nm = O::mor(nm, O::isnan(x));
+            tm = O::max(tm, x);
+            O::store(s + lane * sr + (j0 - cb), x);
+          }
+          tmax[lane] = O::hmax(tm);  // exact; a NaN lane is flagged apart
+          nan[lane] = nan[lane] || O::any(nm);
+        }
+      }
+    }
+
+    // P of lane r for chunk keys [c0, c0 + nkb W) (zero where its logit is -inf) into pn, their sum into ltile.
+    void probs(int r, int32_t c0, int32_t cb, int nkb) {
+      const F ms = O::set1(msub[r]), inv = O::set1(a.inv_p_scale);
+      F lsum = O::zero();
+      for (int kb = 0; kb < nkb; ++kb) {
+        const F x = O::load(s + r * sr + (c0 - cb) + kb * W);
+        const F p8 = fp8_round<O, K>(O::mul(exp2<O>(O::sub(x, ms)), inv));
+        lsum = O::add(lsum, p8);
+        P::store_e(pn + static_cast<size_t>(r) * kChunk + kb * W, p8);
+      }
+      ltile[r] += O::hsum_exact(lsum);  // sums of p8 within a chunk are exact in fp32
+    }
+
+    // O of lanes [r0, r0 + nr) += P·V over the chunk's key pairs.
+    template <int nr>
+    void pv(int r0, int pairs) {
+      const int dblocks = D / W;
+      for (int db0 = 0; db0 < dblocks; db0 += ND) {
+        F acc[nr][ND];
+        for (int r = 0; r < nr; ++r)
+          for (int k = 0; k < ND; ++k)
+            acc[r][k] = db0 + k < dblocks ? O::load(o + static_cast<size_t>(r0 + r) * D + (db0 + k) * W) : O::zero();
+        for (int i = 0; i < pairs; ++i) {
+          typename P::V2 vv[ND];
+          for (int k = 0; k < ND; ++k)
+            if (db0 + k < dblocks) vv[k] = P::load_pv(vc + static_cast<size_t>(i) * 2 * D + (db0 + k) * 2 * W);
+          for (int r = 0; r < nr; ++r) {
+            const auto b = P::bcast_pair(pn + static_cast<size_t>(r0 + r) * kChunk + 2 * i);
+            for (int k = 0; k < ND; ++k)
+              if (db0 + k < dblocks) acc[r][k] = P::dot2(acc[r][k], vv[k], b);
+          }
+          pf.step(2);
+        }
+        for (int r = 0; r < nr; ++r)
+          for (int k = 0; k < ND; ++k)
+            if (db0 + k < dblocks) O::store(o + static_cast<size_t>(r0 + r) * D + (db0 + k) * W, acc[r][k]);
+      }
+    }
+
+    // Lanes in groups of NR (the last group smaller).
+    void qk_lanes(int32_t c0, int32_t c1, int32_t cb, int nkb) {
+      for (int r0 = 0; r0 < a.lanes; r0 += NR) {
+        const int n = imin(NR, a.lanes - r0);
+        if (n >= NR) qk<NR>(r0, c0, c1, cb, nkb);
+        else if (n == 3) qk<3>(r0, c0, c1, cb, nkb);
+        else if (n == 2) qk<2>(r0, c0, c1, cb, nkb);
+        else qk<1>(r0, c0, c1, cb, nkb);
+      }
+    }
+    void pv_lanes(int pairs) {
+      for (int r0 = 0; r0 < a.lanes; r0 += NR) {
+        const int n = imin(NR, a.lanes - r0);
+        if (n >= NR) pv<NR>(r0, pairs);
+        else if (n == 3) pv<3>(r0, pairs);
+        else if (n == 2) pv<2>(r0, pairs);
+        else pv<1>(r0, pairs);
+      }
+    }
+
+    void run() {
+      const float ninf = -std::numeric_limits<float>::infinity();
+      for (int r = 0; r < a.lanes; ++r) {
+        load_q_row<O, K>(a, r, tmp);
+        for (int d = 0; d < D; ++d) qn[static_cast<size_t>(r) * D + d] = P::to_e(tmp[d]);
+        m[r] = ninf;
+        l[r] = 0.f;
+      }
+      std::memset(o, 0, sizeof(float) * D * a.lanes);
+      const int32_t tile = a.tile;
+      for (int32_t t0 = a.key_begin / tile * tile; t0 < a.key_end; t0 += tile) {
+        const int32_t ja = imax(t0, a.key_begin), jb = imin(t0 + tile, a.key_end);
+        const int32_t cb = t0 + ((ja - t0) & ~1);
+        for (int r = 0; r < a.lanes; ++r) tmax[r] = ninf, nan[r] = false, ltile[r] = 0.0;
+        for (int32_t c0 = cb; c0 < jb; c0 += kChunk) {
+          const int32_t c1 = imin(c0 + kChunk, jb);
+          const int nkb = (c1 - c0 + W - 1) / W;
+          pf.reset(a, c1, imin(c1 + kChunk, a.key_end));
+          pack_kt(c0, c1, ja, nkb);
+          qk_lanes(c0, c1, cb, nkb);
+        }
+        for (int r = 0; r < a.lanes; ++r) {  // the rows kernel's update_max, per lane
+          const float mn = nan[r] ? std::numeric_limits<float>::quiet_NaN() : ScalarOps::max(tmax[r], m[r]);
+          const bool empty = mn == ninf;
+          alpha[r] = empty ? 1.f : exp2<ScalarOps>(m[r] - mn);
+          msub[r] = empty ? 0.f : mn;
+          m[r] = mn;
+          if (alpha[r] == 1.f) continue;
+          const F al = O::set1(alpha[r]), tiny = O::set1(0x1p-126f);
+          for (int d = 0; d < D; d += W) {
+            const F x = O::mul(O::load(o + static_cast<size_t>(r) * D + d), al);
+            O::store(o + static_cast<size_t>(r) * D + d, O::select(O::lt(O::abs(x), tiny), O::zero(), x));
+          }
+        }
+        for (int32_t c0 = cb; c0 < jb; c0 += kChunk) {
+          const int32_t c1 = imin(c0 + kChunk, jb);
+          const int nkb = (c1 - c0 + W - 1) / W, pairs = (c1 - c0 + 1) / 2;
+          for (int i = 0; i < pairs; ++i) {
+            const int32_t j = c0 + 2 * i;
+            pack_v_pair<P, K>(j >= ja ? key_row(a.keys, j, true) : nullptr,
+                              j + 1 < c1 ? key_row(a.keys, j + 1, true) : nullptr, vc + static_cast<size_t>(i) * 2 * D, D);
+          }
+          for (int r = 0; r < a.lanes; ++r) probs(r, c0, cb, nkb);
+          pv_lanes(pairs);
+        }
+        for (int r = 0; r < a.lanes; ++r) l[r] = l[r] * alpha[r] + static_cast<float>(ltile[r]);
+      }
+      for (int r = 0; r < a.lanes; ++r) {  // epilogue, vectors over d
+        const float fr = out_factor(m[r], l[r], a.v_descale);
+        const F f = O::set1(fr);
+        if (a.lse) a.lse[a.lse_off[r]] = lane_lse(m[r], l[r], a.p_scale);
+        for (int d = 0; d < D; d += W) {
+          // A row that saw no key writes 0 even where a shared chunk's P = 0 met a NaN v.
+          const F x = fr == 0.f ? O::zero() : O::mul(O::load(o + static_cast<size_t>(r) * D + d), f);
+          const auto c = encode_out<O, K>(a, x);
+          if (a.out_type == ElemType::FP8) {
+            O::store_u8(static_cast<uint8_t*>(a.out) + a.o_off[r] + d, c);
+          } else {
+            O::store_u16(static_cast<uint16_t*>(a.out) + a.o_off[r] + d, c);
+          }
+        }
+      }
+    }
+  };
+
+  static void run(const ItemArgs& args) {
+    for (int r0 = 0; r0 < args.lanes; r0 += kMaxLanes) {
+      ItemArgs a = args;
+      a.lanes = imin(kMaxLanes, args.lanes - r0);
+      a.lo += r0, a.hi += r0, a.logit_scale += r0, a.inv_q_descale += r0;
+      a.q_off += r0, a.o_off += r0, a.lse_off += r0;
+      const Layout L(a.head_dim, a.tile);
+      if (a.kind == Fp8Kind::E4M3FN) {
+        Item<Fp8Kind::E4M3FN>(a, L).run();
+      } else {
+        Item<Fp8Kind::E4M3FNUZ>(a, L).run();
+      }
+    }
+  }
+};
+
+// One instruction set's kernel: items with fewer lanes than a vector run on KeysKernel, the others on RowsKernel.
+template <class Rows, class Keys, int kKeysBelow>
+struct SimdKernel {
+  static size_t scratch_bytes(int32_t D, int32_t tile, int32_t lanes) {
+    const size_t r = Rows::scratch_bytes(D, tile, lanes), k = Keys::scratch_bytes(D, tile, lanes);
+    return r > k ? r : k;
+  }
+  static void run(const ItemArgs& a) { a.lanes < kKeysBelow ? Keys::run(a) : Rows::run(a); }
+  static Kernel kernel() { return {&scratch_bytes, &run}; }
 };
 
 }  // namespace

@@ -17,6 +17,14 @@ struct Avx2Ops {
   using M = __m256;
   // A cache-line prefetch GCC cannot drop (it deletes loops of _mm_prefetch whose addresses need loads).
   static void prefetch(const void* p) { __asm__ volatile("prefetcht0 %0" : : "m"(*static_cast<const char*>(p))); }
+  // n bytes (a multiple of 16), 32 at a time.
+  static void copy_row(uint8_t* dst, const uint8_t* src, int n) {
+    int i = 0;
+    for (; i + 32 <= n; i += 32)
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i), _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i)));
+    for (; i < n; i += 16)
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i), _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i)));
+  }
   static F set1(float x) { return _mm256_set1_ps(x); }
   static I set1i(uint32_t x) { return _mm256_set1_epi32(static_cast<int>(x)); }
   static F zero() { return _mm256_setzero_ps(); }

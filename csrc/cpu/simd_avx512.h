@@ -16,6 +16,13 @@ struct Avx512Ops {
   using M = __mmask16;
   // A cache-line prefetch GCC cannot drop (it deletes loops of _mm_prefetch whose addresses need loads).
   static void prefetch(const void* p) { __asm__ volatile("prefetcht0 %0" : : "m"(*static_cast<const char*>(p))); }
+  // n bytes (a multiple of 16), 64 at a time.
+  static void copy_row(uint8_t* dst, const uint8_t* src, int n) {
+    int i = 0;
+    for (; i + 64 <= n; i += 64) _mm512_storeu_si512(dst + i, _mm512_loadu_si512(src + i));
+    for (; i < n; i += 16)
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i), _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i)));
+  }
   static F set1(float x) { return _mm512_set1_ps(x); }
   static I set1i(uint32_t x) { return _mm512_set1_epi32(static_cast<int>(x)); }
   static F zero() { return _mm512_setzero_ps(); }
