@@ -14,7 +14,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
 MODEL = ROOT / "models" / "stdlib-llama"
-sys.path.insert(0, str(ROOT / "scripts" / "vllm"))
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
