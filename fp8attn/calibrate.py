@@ -10,6 +10,8 @@ on e4m3fnuz devices), written under Quark's names into a safetensors file beside
     python -m fp8attn.calibrate models/stdlib-llama                      # text: models/stdlib-llama/calib.txt
     python -m fp8attn.calibrate MODEL_DIR --text a.txt --text b.txt --seq-len 512 --max-seqs 64
 
+A directory that already holds attention scales (a Quark export) is never written into: pass --out FILE
+outside it (a second file with the same names would make the directory unreadable).
 The corpus is cut into non-overlapping windows of --seq-len tokens, in order; the result depends
 only on the model and the text (same numbers each run, up to fp32 summation order).
 A model without a tokenizer and with a 256-entry vocabulary is read as bytes.
@@ -25,7 +27,7 @@ from pathlib import Path
 
 import torch
 
-from .quark import AttentionScales, write_attention_scales
+from .quark import SCALE_SUFFIXES, AttentionScales, write_attention_scales
 
 __all__ = ["CALIB_NAME", "SCALES_FILE", "amax_to_scales", "calibrate", "load_corpus", "main"]
 
@@ -155,6 +157,22 @@ def load_corpus(texts: Sequence[bytes], encode, seq_len: int, max_seqs: int | No
     return ids[: n * seq_len].view(n, seq_len)
 
 
+def scales_already_in(directory: Path, out: Path) -> Path | None:
+    """A *.safetensors file of ``directory`` other than ``out`` that holds attention scales under Quark's names
+    (a Quark export): a second file with the same names would make the directory unreadable (and vLLM loads
+    every *.safetensors of a model directory), so the calibration must go elsewhere."""
+    from safetensors import safe_open
+
+    suffixes = tuple("." + s for s in SCALE_SUFFIXES.values())
+    for f in sorted(directory.glob("*.safetensors")):
+        if f.resolve() == out.resolve():
+            continue
+        with safe_open(str(f), framework="pt") as sf:
+            if any(name.endswith(suffixes) for name in sf.keys()):
+                return f
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m fp8attn.calibrate", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -183,6 +201,10 @@ def main(argv: list[str] | None = None) -> int:
     for p in texts_paths:
         if not p.is_file():
             ap.error(f"--text: no such file: {p}")
+    out = Path(args.out) if args.out else model_dir / SCALES_FILE
+    if out.parent.is_dir() and (holder := scales_already_in(out.parent, out)) is not None:
+        ap.error(f"--out: {holder} already holds attention scales (a Quark export?); writing {out.name} beside it "
+                 f"would give {out.parent} two values for the same names. Pass --out FILE outside {out.parent}")
     dtype = getattr(torch, args.dtype)
     model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=dtype, local_files_only=True)
     model.to(args.device)
@@ -191,7 +213,6 @@ def main(argv: list[str] | None = None) -> int:
     batches = [ids[i:i + args.batch].to(args.device) for i in range(0, ids.shape[0], args.batch)]
     amax = calibrate(model, batches, progress=not args.no_progress)
     scales = amax_to_scales(amax)
-    out = Path(args.out) if args.out else model_dir / SCALES_FILE
     info = {"texts": [p.name for p in texts_paths], "tokens": int(ids.numel()), "seq_len": args.seq_len,
             "dtype": args.dtype, "fp8_convention": "float8_e4m3fn", "qk": "after RoPE", "amax": amax}
     names = write_attention_scales(out, scales, dtype=getattr(torch, args.scale_dtype),

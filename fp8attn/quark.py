@@ -12,7 +12,8 @@ A Quark checkpoint stores, per decoder layer, 0-dim (or 1-element) dequantizatio
 `read_attention_scales` finds them in a file or a checkpoint directory (sharded or not, plus any
 extra scale file such as the one `python -m fp8attn.calibrate` writes), reads only those tensors,
 returns them as float32 tensors of one element, and reports the ones that are absent: nothing is
-invented (vLLM falls back from a missing q scale to the k scale; that is a policy for the caller).
+invented (what replaces an absent scale is the caller's policy: vLLM 0.32/0.33 use 1.0 for a missing q
+scale, and so does fp8attn's transformers integration).
 Quark always calibrates for e4m3fn (max 448); on an e4m3fnuz device (MI300) the same bits are worth
 half as much, so every scale is doubled (``fp8_dtype=torch.float8_e4m3fnuz``), as vLLM does at load.
 """

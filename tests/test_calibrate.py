@@ -167,3 +167,32 @@ def test_cli_uses_the_model_tokenizer(tmp_path, capsys):
     assert "(200 tokens)" in capsys.readouterr().out  # 200 words, not ~800 bytes
     with pytest.raises(ValueError, match="not 256"):
         cal._encoder(tmp_path / "m", 64, force_bytes=True)  # --bytes on a model whose vocabulary is not bytes
+
+
+def test_cli_does_not_write_a_second_scale_file_into_a_quark_export(tmp_path, capsys):
+    """A Quark export keeps its scales in model.safetensors: calibrating it into the same directory would give
+    two values for the same names (read_attention_scales refuses the directory, vLLM would load both files).
+    The CLI refuses before loading the model, the directory stays readable, and --out elsewhere works."""
+    from safetensors.torch import load_file, save_file
+
+    from fp8attn.quark import quark_scale_name
+
+    model = tiny_llama()
+    model.save_pretrained(tmp_path / "quark")
+    weights = tmp_path / "quark" / "model.safetensors"
+    tensors = load_file(str(weights))
+    for i in range(2):
+        for w, value in (("k", 0.02), ("v", 0.02), ("p", 1 / 448)):
+            tensors[quark_scale_name(f"model.layers.{i}.self_attn", w)] = torch.tensor(value, dtype=torch.bfloat16)
+    save_file(tensors, str(weights), metadata={"format": "pt"})
+    text = tmp_path / "t.txt"
+    text.write_bytes(bytes(range(256)) * 4)
+    args = ["--text", str(text), "--seq-len", "64", "--no-progress"]
+    for out in ([], ["--out", str(tmp_path / "quark" / "mine.safetensors")]):
+        with pytest.raises(SystemExit):
+            cal.main([str(tmp_path / "quark"), *args, *out])
+        assert "already holds attention scales" in capsys.readouterr().err
+    assert sorted(p.name for p in (tmp_path / "quark").glob("*.safetensors")) == ["model.safetensors"]
+    assert read_attention_scales(tmp_path / "quark")[1].k.item() == torch.tensor(0.02, dtype=torch.bfloat16).item()
+    assert cal.main([str(tmp_path / "quark"), *args, "--out", str(tmp_path / "elsewhere.safetensors")]) == 0
+    assert read_attention_scales(tmp_path / "elsewhere.safetensors").complete()

@@ -111,6 +111,21 @@ def test_fnuz_scales_are_doubled_and_run(scales):
     assert rel_err(fnuz, fn) < 0.05
 
 
+def test_absent_q_scale_is_one_as_in_vllm(scales):
+    """Quark's FP8-KV and attention-only exports have no q scale: q is quantized with 1.0, as vLLM 0.32/0.33 do."""
+    no_q = QuarkScales(layers={n: s.map(lambda t: t) for n, s in scales.layers.items()})
+    for s in no_q.layers.values():
+        s.q = None
+    with_one = QuarkScales(layers={n: s.map(lambda t: t) for n, s in scales.layers.items()})
+    for s in with_one.layers.values():
+        s.q = torch.ones(1)
+    x = ids(1, 24)
+    model = fp8_model(no_q)
+    assert model.model.layers[0].self_attn.fp8attn.scales.q.item() == 1.0
+    assert no_q[0].q is None  # the scales read are reported as they were
+    torch.testing.assert_close(model(input_ids=x).logits, fp8_model(with_one)(input_ids=x).logits, rtol=0, atol=0)
+
+
 def test_errors(scales):
     model = tiny_llama(attn="fp8attn")
     with pytest.raises(RuntimeError, match="attach_scales"):
@@ -121,6 +136,9 @@ def test_errors(scales):
         fp8hf.attach_scales(model, partial)
     assert not hasattr(model.model.layers[0].self_attn, "fp8attn")  # nothing half-attached
     fp8hf.attach_scales(model, partial, fp8_output=False)  # o is not needed without FP8 output
+    partial.layers["model.layers.0.self_attn"].p = None
+    with pytest.raises(ValueError, match=r"self_attn\.p.*pass fp8_output=False and use_checkpoint_p_scale=False"):
+        fp8hf.attach_scales(model, partial)
     model = tiny_llama(attn="fp8attn", attention_dropout=0.1)
     fp8hf.attach_scales(model, scales)
     model.train()

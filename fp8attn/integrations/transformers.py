@@ -22,7 +22,8 @@ fp8attn's varlen layout), sliding window and logit softcap. Dropout is refused.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import logging
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -39,6 +40,7 @@ __all__ = [
 ]
 
 NAME = "fp8attn"
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -87,12 +89,14 @@ def attach_scales(
     fp8_output: bool = True,
     use_checkpoint_p_scale: bool = True,
 ) -> QuarkScales:
-    """Give every attention layer of `model` its FP8 scales and mode; returns the scales used.
+    """Give every attention layer of `model` its FP8 scales and mode; returns the scales read.
 
     scales: a QuarkScales, or a checkpoint file/directory to read them from (Quark names).
       Scales in the e4m3fn convention are doubled when fp8_dtype is e4m3fnuz.
-    Raises ValueError naming the absent scales this mode needs (q, k, v always; o with
-    fp8_output; p with quantize_p and use_checkpoint_p_scale).
+    A layer without a q scale (Quark's FP8-KV and attention-only exports have none) quantizes q with 1.0,
+    as vLLM 0.32 and 0.33 do (their kv_cache.py sets ``_q_scale`` to 1.0 when the checkpoint has none).
+    Raises ValueError naming the absent scales this mode needs (k, v always; o with fp8_output; p with
+    quantize_p and use_checkpoint_p_scale) and the option that does without them.
     """
     if not isinstance(scales, QuarkScales):
         scales = read_attention_scales(scales, fp8_dtype=fp8_dtype)
@@ -100,10 +104,10 @@ def attach_scales(
         scales = scales.to_fnuz()
     elif scales.fp8_dtype != fp8_dtype:
         raise ValueError(f"scales: they are for {scales.fp8_dtype}, the model runs {fp8_dtype}")
-    need = ["q", "k", "v"] + (["o"] if fp8_output else []) + (
+    need = ["k", "v"] + (["o"] if fp8_output else []) + (
         ["p"] if quantize_p and use_checkpoint_p_scale else [])
     mods = _attention_modules(model)
-    absent = []
+    absent, no_q = [], []
     for name, mod in mods.items():
         try:
             s = scales[name] if name in scales.layers else scales[mod.layer_idx]
@@ -111,12 +115,21 @@ def attach_scales(
             absent.append(f"{name}: no scales")
             continue
         absent += [f"{name}.{w}" for w in need if getattr(s, w) is None]
+        if s.q is None:
+            no_q.append(name)
+            s = replace(s, q=torch.ones(1))
         mod.fp8attn = Fp8AttnLayerConfig(scales=s, fp8_dtype=fp8_dtype, quantize_p=quantize_p,
                                          fp8_output=fp8_output, use_checkpoint_p_scale=use_checkpoint_p_scale)
     if absent:
         detach_scales(model)
+        options = {"o": "fp8_output=False", "p": "use_checkpoint_p_scale=False"}
+        hint = sorted({options[a[-1]] for a in absent if a[-2:] in (".o", ".p")})
         raise ValueError(f"scales: absent for this mode: {', '.join(absent[:8])}"
-                         + (f" (+{len(absent) - 8} more)" if len(absent) > 8 else ""))
+                         + (f" (+{len(absent) - 8} more)" if len(absent) > 8 else "")
+                         + (f"; without them, pass {' and '.join(hint)}" if hint else ""))
+    if no_q:
+        logger.warning("%d attention layers have no q scale (e.g. %s): q is quantized with 1.0, as vLLM does",
+                       len(no_q), no_q[0])
     return scales
 
 

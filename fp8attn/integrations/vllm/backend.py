@@ -45,6 +45,7 @@ from vllm.v1.attention.backend import (
 
 import fp8attn  # noqa: F401  (loads the extension: registers torch.ops.fp8attn.*)
 from fp8attn.quant import default_p_scale, quantize
+from fp8attn.shapes import HEAD_DIMS
 from fp8attn_vllm import BACKEND_NAME
 
 if TYPE_CHECKING:
@@ -56,8 +57,8 @@ if TYPE_CHECKING:
 # Under vLLM's "vllm" logger, so that vLLM's handler prints it (with the process prefix) at its level.
 logger = logging.getLogger("vllm.fp8attn")
 
-# Head dims the fp8attn kernels are instantiated for (csrc/fwd_args.cpp kHeadDims).
-SUPPORTED_HEAD_SIZES: tuple[int, ...] = (64, 80, 96, 112, 128, 192, 256)
+# Head dims the fp8attn kernels are instantiated for (generated with csrc/kernels/shapes.h).
+SUPPORTED_HEAD_SIZES: tuple[int, ...] = HEAD_DIMS
 # vLLM cache dtypes this backend reads: per-tensor-scaled FP8 e4m3 only. The kernels take FP8 K/V.
 SUPPORTED_KV_CACHE_DTYPES: tuple[str, ...] = ("fp8", "fp8_e4m3")
 FP8_KV_CACHE_DTYPES = frozenset(SUPPORTED_KV_CACHE_DTYPES)
