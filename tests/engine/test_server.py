@@ -50,7 +50,7 @@ class Server:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", self.model, "--host", "127.0.0.1",
              "--port", str(self.port), "--kv-cache-dtype", "fp8", "--attention-backend", "CUSTOM", "--dtype",
-             "bfloat16", "--max-model-len", "512", "--block-size", "32", "--seed", "0"],
+             "bfloat16", "--max-model-len", "512", "--block-size", "32"],
             cwd=workdir, env=env, stdout=self._log, stderr=subprocess.STDOUT)
 
     def wait_ready(self, timeout: float = 900) -> None:
