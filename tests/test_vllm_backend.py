@@ -646,9 +646,6 @@ def test_op_is_called_by_argument_name(vllm_config, monkeypatch):
     torch.testing.assert_close(out[: batch.T], batch.reference(impl), rtol=0, atol=0)
 
 
-@pytest.mark.xfail(reason="the op's padded-batch contract (rows beyond cu_seqlens_q[-1] are padding) is the op's to "
-                          "state: on CPU it refuses 'cu_seqlens_q[-1] = 78 must equal the number of rows 81'",
-                   raises=ValueError, strict=False)
 def test_padded_batch_as_vllm_builds_it_for_full_graphs(vllm_config):
     """A batch padded for a full CUDA graph (vLLM's gpu_model_runner): more query tokens than
     cu_seqlens_q[-1] (num_actual_tokens is the padded count), padded requests of zero query tokens with
