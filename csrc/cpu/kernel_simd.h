@@ -114,6 +114,17 @@ typename O::I encode_out(const ItemArgs& a, typename O::F o) {
   }
 }
 
+// W output values of lane r from column d0 on, encoded and stored.
+template <class O, Fp8Kind K>
+void store_out(const ItemArgs& a, int r, int d0, typename O::F o) {
+  const auto c = encode_out<O, K>(a, o);
+  if (a.out_type == ElemType::FP8) {
+    O::store_u8(static_cast<uint8_t*>(a.out) + a.o_off[r] + d0, c);
+  } else {
+    O::store_u16(static_cast<uint16_t*>(a.out) + a.o_off[r] + d0, c);
+  }
+}
+
 // Rows of keys [j0, j1) into the cache ahead of use (consecutive keys are a head stride apart).
 template <class O>
 void prefetch_keys(const ItemArgs& a, int32_t j0, int32_t j1, bool is_v) {
@@ -141,13 +152,6 @@ struct PrefetchCursor {
   }
 };
 
-// Rows of keys [j0, j1) copied to dst ([j - j0][D] bytes): back-to-back loads keep many cache misses in
-// flight (packing straight from memory leaves one), the packing then reads L1.
-template <class O>
-void stage_keys(const ItemArgs& a, int32_t j0, int32_t j1, bool is_v, uint8_t* dst) {
-  for (int32_t j = j0; j < j1; ++j) O::copy_row(dst + static_cast<size_t>(j - j0) * a.head_dim, key_row(a.keys, j, is_v), a.head_dim);
-}
-
 // The kernel. NK keys x nv row vectors per q·k step, ND columns x nv row vectors per P·V step (nv 1 or 2).
 template <class O, class P, int NK, int ND>
 struct RowsKernel {
@@ -159,7 +163,7 @@ struct RowsKernel {
 
   // Scratch offsets for rv = ceil(lanes / W) row vectors.
   struct Layout {
-    size_t stage, qt, kc, vc, s, pt, ot, lo, hi, scale, m, l, tmax, alpha, msub, nan, ltile, total;
+    size_t qt, kc, vc, s, pt, ot, lo, hi, scale, m, l, tmax, alpha, msub, nan, ltile, total;
     Layout(int D, int tile, int lanes) {
       const size_t lanes_p = static_cast<size_t>((lanes + W - 1) / W) * W;
       size_t o = 0;
@@ -168,7 +172,6 @@ struct RowsKernel {
         o += align64(bytes);
         return at;
       };
-      stage = take(static_cast<size_t>(D) * kChunk);                 // [key][D] FP8 codes
       qt = take(sizeof(E) * D * lanes_p);                          // [D/2][rv][2W]
       kc = take(sizeof(E) * D * (kChunk + NK));                     // [key][D]
       vc = take(sizeof(E) * D * kChunk);                            // [key pair][D/W][2W]
@@ -196,7 +199,6 @@ struct RowsKernel {
     const ItemArgs& a;
     const int D, rv;
     const size_t srow;  // floats per row vector in s
-    uint8_t* stage;
     E *qt, *kc, *vc, *pt;
     float *s, *ot, *scale, *m, *l, *tmax, *alpha, *msub, *nan;
     int32_t *lo, *hi;
@@ -206,7 +208,6 @@ struct RowsKernel {
     Item(const ItemArgs& args, const Layout& L)
         : a(args), D(args.head_dim), rv((args.lanes + W - 1) / W), srow((static_cast<size_t>(args.tile) + 2) * W) {
       unsigned char* base = static_cast<unsigned char*>(args.scratch);
-      stage = base + L.stage;
       qt = reinterpret_cast<E*>(base + L.qt);
       kc = reinterpret_cast<E*>(base + L.kc);
       vc = reinterpret_cast<E*>(base + L.vc);
@@ -262,29 +263,22 @@ struct RowsKernel {
       std::memset(ot, 0, sizeof(float) * D * rv * W);
     }
 
-    // The lanes' output rows and lse from O^T (ItemArgs' epilogue), vectors over lanes.
+    // The lanes' output rows and lse from O^T (ItemArgs' epilogue): W x W blocks of O^T transposed into
+    // rows, scaled per lane, encoded and stored W columns at a time.
     void epilogue() const {
-      alignas(64) float fac[W];
-      alignas(64) uint32_t code[W];
+      float fac[W];
       for (int v = 0; v < rv; ++v) {
         const int n = imin(W, a.lanes - v * W);
-        for (int i = 0; i < W; ++i) {
+        for (int i = 0; i < n; ++i) {
           const int r = v * W + i;
-          fac[i] = i < n ? out_factor(m[r], l[r], a.v_descale) : 0.f;
-          if (i < n && a.lse) a.lse[a.lse_off[r]] = lane_lse(m[r], l[r], a.p_scale);
+          fac[i] = out_factor(m[r], l[r], a.v_descale);
+          if (a.lse) a.lse[a.lse_off[r]] = lane_lse(m[r], l[r], a.p_scale);
         }
-        const F f = O::load(fac);
-        for (int d = 0; d < D; ++d) {
-          O::store(reinterpret_cast<float*>(code),
-                   O::from_bits(encode_out<O, K>(a, O::mul(O::load(ot + (static_cast<size_t>(d) * rv + v) * W), f))));
-          for (int i = 0; i < n; ++i) {
-            const int64_t at = a.o_off[v * W + i] + d;
-            if (a.out_type == ElemType::FP8) {
-              static_cast<uint8_t*>(a.out)[at] = static_cast<uint8_t>(code[i]);
-            } else {
-              static_cast<uint16_t*>(a.out)[at] = static_cast<uint16_t>(code[i]);
-            }
-          }
+        for (int d0 = 0; d0 < D; d0 += W) {
+          F x[W];
+          for (int dd = 0; dd < W; ++dd) x[dd] = O::load(ot + (static_cast<size_t>(d0 + dd) * rv + v) * W);
+          O::transpose(x);
+          for (int i = 0; i < n; ++i) store_out<O, K>(a, v * W + i, d0, O::mul(x[i], O::set1(fac[i])));
         }
       }
     }
@@ -445,7 +439,6 @@ struct RowsKernel {
         if (!any) continue;  // a tile no lane sees changes nothing
         for (int32_t c0 = cb; c0 < jb; c0 += kChunk) {
           const int32_t c1 = imin(c0 + kChunk, jb), s0 = imax(c0, ja);
-          stage_keys<O>(a, s0, c1, false, stage);
           prefetch_keys<O>(a, c1, imin(c1 + kChunk, a.key_end), false);  // the next chunk's keys
           prefetch_keys<O>(a, s0, c1, true);                               // and this chunk's values, used below
           for (int32_t j = c0; j < c1 + (NK - 1); ++j) {
@@ -453,7 +446,7 @@ struct RowsKernel {
             if (j < ja || j >= c1) {
               std::memset(dst, 0, sizeof(E) * D);
             } else {
-              P::template convert_row<K>(stage + static_cast<size_t>(j - s0) * D, dst, D);
+              P::template convert_row<K>(key_row(a.keys, j, false), dst, D);
             }
           }
           for_groups(act, c0, c1, [&](int v, int n) { n == 2 ? qk<2>(v, c0, c1, cb) : qk<1>(v, c0, c1, cb); });
@@ -461,14 +454,12 @@ struct RowsKernel {
         for (int v = 0; v < rv; ++v)
           if (act[v]) update_max(v);
         for (int32_t c0 = cb; c0 < jb; c0 += kChunk) {
-          const int32_t c1 = imin(c0 + kChunk, jb), s0 = imax(c0, ja);
+          const int32_t c1 = imin(c0 + kChunk, jb);
           const int pairs = (c1 - c0 + 1) / 2;
-          stage_keys<O>(a, s0, c1, true, stage);
           for (int i = 0; i < pairs; ++i) {
             const int32_t j = c0 + 2 * i;
-            pack_v_pair<P, K>(j >= ja ? stage + static_cast<size_t>(j - s0) * D : nullptr,
-                              j + 1 < c1 ? stage + static_cast<size_t>(j + 1 - s0) * D : nullptr,
-                              vc + static_cast<size_t>(i) * 2 * D, D);
+            pack_v_pair<P, K>(j >= ja ? key_row(a.keys, j, true) : nullptr,
+                              j + 1 < c1 ? key_row(a.keys, j + 1, true) : nullptr, vc + static_cast<size_t>(i) * 2 * D, D);
           }
           for_groups(act, c0, c1, [&](int v, int n) {
             for (int u = v; u < v + n; ++u) probs(u, c0, c1, cb);
@@ -720,14 +711,7 @@ struct KeysKernel {
       for (int r = 0; r < a.lanes; ++r) {  // epilogue, vectors over d
         const F f = O::set1(out_factor(m[r], l[r], a.v_descale));
         if (a.lse) a.lse[a.lse_off[r]] = lane_lse(m[r], l[r], a.p_scale);
-        for (int d = 0; d < D; d += W) {
-          const auto c = encode_out<O, K>(a, O::mul(O::load(o + static_cast<size_t>(r) * D + d), f));
-          if (a.out_type == ElemType::FP8) {
-            O::store_u8(static_cast<uint8_t*>(a.out) + a.o_off[r] + d, c);
-          } else {
-            O::store_u16(static_cast<uint16_t*>(a.out) + a.o_off[r] + d, c);
-          }
-        }
+        for (int d = 0; d < D; d += W) store_out<O, K>(a, r, d, O::mul(O::load(o + static_cast<size_t>(r) * D + d), f));
       }
     }
   };
