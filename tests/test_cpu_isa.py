@@ -74,10 +74,11 @@ def test_unknown_isa_is_refused(monkeypatch):
     mask=st.sampled_from(["none", "causal", "window", "causal_window"]),
     softcap=st.sampled_from([0.0, 0.0, 7.5]),
     kv_tile=st.sampled_from([0, 7, 16, 64, 127, 128]),
+    per_head=st.booleans(),
     seed=st.integers(0, 2**16),
 )
 def test_every_isa_gives_the_scalar_bits(layout, batch, q_len, k_extra, group, head_dim, fp8, q_dtype, out, mask,
-                                        softcap, kv_tile, seed):
+                                        softcap, kv_tile, per_head, seed):
     g = torch.Generator().manual_seed(seed)
     if layout == "dense":
         q_lens, k_lens = [q_len] * batch, [q_len + k_extra] * batch
@@ -87,12 +88,25 @@ def test_every_isa_gives_the_scalar_bits(layout, batch, q_len, k_extra, group, h
     window = {"none": (-1, -1), "causal": (-1, -1), "window": (17, 5), "causal_window": (23, -1)}[mask]
     case = make_case(layout=layout, q_lens=q_lens, k_lens=k_lens, heads=group[0], kv_heads=group[1],
                      head_dim=head_dim, fp8=fp8, q_dtype=fp8 if q_dtype == "fp8" else q_dtype, fp8_out=out == "fp8",
-                     causal=mask.startswith("causal"), window=window, softcap=softcap, seed=seed)
+                     causal=mask.startswith("causal"), window=window, softcap=softcap, per_head=per_head, seed=seed)
     if out != "fp8":
         case.kwargs["out_dtype"] = out
     oracle = run("scalar", case, kv_tile)
     for isa in ISAS[:-1]:
         assert_same_bits(run(isa, case, kv_tile), oracle)
+
+
+@pytest.mark.parametrize("q_len", [1, 2, 5])
+def test_decode_batches_give_the_scalar_bits(q_len):
+    """Decode-like batches (a few query rows per kv head: several kv heads of a sequence in one pass) on a
+    paged cache with per-head scales, GQA and MQA, bf16 and FP8 outputs."""
+    for heads, kv_heads, fp8_out in [(32, 8, True), (16, 1, False), (8, 8, True)]:
+        case = make_case(layout="paged", q_lens=[q_len] * 5, k_lens=[q_len + n for n in (900, 3, 200, 77, 1500)],
+                         heads=heads, kv_heads=kv_heads, head_dim=128, q_dtype=torch.bfloat16, per_head=True,
+                         fp8_out=fp8_out, causal=True, block_size=32, seed=q_len)
+        oracle = run("scalar", case)
+        for isa in ISAS[:-1]:
+            assert_same_bits(run(isa, case), oracle)
 
 
 @pytest.mark.parametrize("isa", ISAS)

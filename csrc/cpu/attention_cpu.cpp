@@ -22,10 +22,12 @@ namespace fp8attn::cpu {
 namespace {
 
 constexpr int32_t kTargetLanes = 128;  // rows per item: enough to amortize packing each K/V tile
+constexpr int32_t kFewLanes = 16;      // below this many lanes per kv head, an item takes several kv heads
 
 struct WorkItem {
-  int32_t b, hkv, h0, heads;  // q heads [h0, h0 + heads) of kv head hkv
-  int32_t row0, rows;         // q rows [row0, row0 + rows) of sequence b
+  int32_t b, hkv, nkv;  // kv heads [hkv, hkv + nkv) of sequence b
+  int32_t h0, heads;    // q heads [h0, h0 + heads) of each kv head's group (offsets in the group)
+  int32_t row0, rows;   // q rows [row0, row0 + rows)
   int64_t cost;
 };
 
@@ -70,9 +72,21 @@ class Forward {
       for (const int32_t q : q_lens) n += (q + rows - 1) / rows;
       return n * p_.num_heads_k * (group_ / heads);
     };
+    const int64_t threads = at::get_num_threads();
     int32_t heads = group_;
-    while (heads % 2 == 0 && items(heads) < 4 * static_cast<int64_t>(at::get_num_threads())) heads /= 2;
+    while (heads % 2 == 0 && items(heads) < 4 * threads) heads /= 2;
     const int32_t rows = std::max(1, kTargetLanes / heads);
+    // Decode-like calls (a few lanes per kv head): the kv heads of a sequence in one item, as many as keep
+    // two items per thread, so that a pass reads whole cache rows (all heads of a key are adjacent).
+    int32_t nkv = 1;
+    int32_t max_q = 0;
+    for (const int32_t q : q_lens) max_q = std::max(max_q, q);
+    if (heads == group_ && std::min(rows, max_q) * heads < kFewLanes) {
+      nkv = p_.num_heads_k;
+      while (nkv % 2 == 0 && (items(heads) / p_.num_heads_k * (p_.num_heads_k / nkv) < 2 * threads ||
+                              std::min(rows, max_q) * heads * nkv > kTargetLanes))
+        nkv /= 2;
+    }
     // Runs: the row blocks of one (sequence, q head group), costliest first; consecutive items of a
     // run read the same K/V (cache reuse). Runs in order of decreasing cost (the short items come last).
     struct Run {
@@ -95,12 +109,12 @@ class Forward {
           mask.key_range(r, r + 1, &lo, &hi);
           keys += hi - lo;
         }
-        blocks.push_back({b, 0, 0, heads, r0, r1 - r0, (keys + 64) * heads});
+        blocks.push_back({b, 0, nkv, 0, heads, r0, r1 - r0, (keys + 64) * heads * nkv});
         total += blocks.back().cost;
       }
       std::stable_sort(blocks.begin(), blocks.end(), [](const WorkItem& x, const WorkItem& y) { return x.cost > y.cost; });
-      for (int32_t hkv = 0; hkv < p_.num_heads_k; ++hkv)
-        for (int32_t h0 = hkv * group_; h0 < (hkv + 1) * group_; h0 += heads) {
+      for (int32_t hkv = 0; hkv < p_.num_heads_k; hkv += nkv)
+        for (int32_t h0 = 0; h0 < group_; h0 += heads) {
           runs.push_back({items_of_runs.size(), items_of_runs.size() + blocks.size(), total});
           for (WorkItem w : blocks) {
             w.hkv = hkv;
@@ -108,7 +122,7 @@ class Forward {
             items_of_runs.push_back(w);
           }
         }
-      max_lanes_ = std::max(max_lanes_, std::min(rows, s.q_len) * heads);
+      max_lanes_ = std::max(max_lanes_, std::min(rows, s.q_len) * heads * nkv);
       max_tile_ = std::max(max_tile_, tile_of(s));
     }
     std::stable_sort(runs.begin(), runs.end(), [](const Run& x, const Run& y) { return x.cost > y.cost; });
@@ -120,30 +134,33 @@ class Forward {
 
   void run_item(const WorkItem& w) const {
     const int D = p_.head_dim;
-    const int n = w.rows * w.heads;
+    const int per_kv = w.rows * w.heads, n = per_kv * w.nkv;
     const SeqInfo s = SeqInfo::make(p_, w.b);
-    // One buffer per thread: the kernel's scratch, then the lanes' lo, hi, logit scale, inverse q
-    // descale (4-byte) and q, out, lse offsets (8-byte).
+    // One buffer per thread: the kernel's scratch, then the lanes' lo, hi, logit scale, inverse q and v
+    // descales (4-byte) and q, out, lse offsets (8-byte).
     const size_t scratch = round64(kernel_.scratch_bytes(D, max_tile_, max_lanes_));
     const size_t lane4 = round64(static_cast<size_t>(max_lanes_) * 4), lane8 = round64(static_cast<size_t>(max_lanes_) * 8);
-    unsigned char* buf = static_cast<unsigned char*>(thread_buffer(scratch + 4 * lane4 + 3 * lane8));
+    unsigned char* buf = static_cast<unsigned char*>(thread_buffer(scratch + 5 * lane4 + 3 * lane8));
     int32_t* lo = reinterpret_cast<int32_t*>(buf + scratch);
     int32_t* hi = reinterpret_cast<int32_t*>(buf + scratch + lane4);
     float* scale = reinterpret_cast<float*>(buf + scratch + 2 * lane4);
     float* inv_q = reinterpret_cast<float*>(buf + scratch + 3 * lane4);
-    int64_t* q_off = reinterpret_cast<int64_t*>(buf + scratch + 4 * lane4);
+    float* v_descale = reinterpret_cast<float*>(buf + scratch + 4 * lane4);
+    int64_t* q_off = reinterpret_cast<int64_t*>(buf + scratch + 5 * lane4);
     int64_t* o_off = q_off + lane8 / 8;
     int64_t* lse_off = o_off + lane8 / 8;
 
-    // Lanes: q row major, head minor.
+    // Lanes: kv head major, then q row, then q head.
     const Mask mask = Mask::make(p_.window_left, p_.window_right, p_.is_causal, s.q_len, s.k_len);
-    const float k_descale = scale_at(p_.k_descale, p_.k_descale_head_stride, w.hkv);
     int32_t kb = s.k_len, ke = 0;
     for (int i = 0; i < n; ++i) {
-      const int32_t row = w.row0 + i / w.heads, h = w.h0 + i % w.heads;
+      const int32_t hkv = w.hkv + i / per_kv, row = w.row0 + i % per_kv / w.heads;
+      const int32_t h = hkv * group_ + w.h0 + i % w.heads;
       mask.key_range(row, row + 1, &lo[i], &hi[i]);
       if (lo[i] < hi[i]) kb = std::min(kb, lo[i]), ke = std::max(ke, hi[i]);
       const float q_descale = scale_at(p_.q_descale, p_.q_descale_head_stride, h);
+      const float k_descale = scale_at(p_.k_descale, p_.k_descale_head_stride, hkv);
+      v_descale[i] = scale_at(p_.v_descale, p_.v_descale_head_stride, hkv);
       const LogitsTransform t = LogitsTransform::make(p_.softmax_scale, q_descale * k_descale, p_.softcap);
       scale[i] = t.has_softcap ? t.inv_softcap : t.scale_log2;
       inv_q[i] = 1.f / q_descale;  // a 16-bit q is multiplied by the reciprocal, as the GPU does
@@ -170,10 +187,13 @@ class Forward {
     a.inv_p_scale = 1.f / p_scale;
     a.kind = K;
     a.keys = key_source(s, w.hkv);
+    a.groups = w.nkv;
+    a.k_group_stride = p_.k_head_stride;
+    a.v_group_stride = p_.v_head_stride;
     a.out = p_.out;
     a.out_type = p_.out_type;
     a.o_off = o_off;
-    a.v_descale = scale_at(p_.v_descale, p_.v_descale_head_stride, w.hkv);
+    a.v_descale = v_descale;
     a.inv_out_scale = p_.out_scale ? 1.f / *p_.out_scale : 1.f;
     a.p_scale = p_scale;
     a.lse = p_.lse;

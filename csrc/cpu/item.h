@@ -46,14 +46,19 @@ struct ItemArgs {
   float softcap_log2 = 0.f;            // 0: no softcap
   float inv_p_scale = 1.f;             // p8 = sat(p · inv_p_scale)
   Fp8Kind kind = Fp8Kind::E4M3FN;
+  // The lanes form `groups` equal groups (consecutive lanes); group g reads the keys of `keys` offset by
+  // g·k_group_stride / g·v_group_stride (several kv heads of one sequence in one pass over its cache).
   KeySource keys;
-  // Lane r's output row at out + o_off[r] (elements of out_type): O = acc · v_descale / l, stored as
+  int32_t groups = 1;
+  int64_t k_group_stride = 0, v_group_stride = 0;
+  // Lane r's output row at out + o_off[r] (elements of out_type): O = acc · v_descale[r] / l, stored as
   // sat(O · inv_out_scale) (FP8) or O (16-bit); lse[lse_off[r]] = m·ln2 + ln(l·p_scale) when lse is
   // not null. A lane that saw no key writes 0 and -inf.
   void* out = nullptr;
   ElemType out_type = ElemType::BF16;
   const int64_t* o_off = nullptr;
-  float v_descale = 1.f, inv_out_scale = 1.f, p_scale = 1.f;
+  const float* v_descale = nullptr;
+  float inv_out_scale = 1.f, p_scale = 1.f;
   float* lse = nullptr;
   const int64_t* lse_off = nullptr;
   void* scratch = nullptr;  // the kernel's scratch_bytes(head_dim, tile, lanes) bytes, 64-byte aligned

@@ -81,30 +81,6 @@ void to_bf16(__m512i x, __m512i* w0, __m512i* w1) {
   *w1 = words(lo, hi, kWords1);
 }
 
-// Rows r[0..15] (16 dwords each) -> their transpose: out[c] holds dword c of every row.
-void transpose16(__m512i r[16]) {
-  __m512i a[16], b[16];
-  for (int i = 0; i < 16; i += 2) {
-    a[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
-    a[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
-  }
-  for (int i = 0; i < 16; i += 4) {
-    b[i] = _mm512_unpacklo_epi64(a[i], a[i + 2]);
-    b[i + 1] = _mm512_unpackhi_epi64(a[i], a[i + 2]);
-    b[i + 2] = _mm512_unpacklo_epi64(a[i + 1], a[i + 3]);
-    b[i + 3] = _mm512_unpackhi_epi64(a[i + 1], a[i + 3]);
-  }
-  // b[4g + k]: in 128-bit lane L, column 4L + k of rows 4g..4g+3.
-  for (int k = 0; k < 4; ++k) {
-    const __m512i c0 = _mm512_shuffle_i32x4(b[k], b[4 + k], 0x88), c1 = _mm512_shuffle_i32x4(b[k], b[4 + k], 0xdd);
-    const __m512i c2 = _mm512_shuffle_i32x4(b[8 + k], b[12 + k], 0x88), c3 = _mm512_shuffle_i32x4(b[8 + k], b[12 + k], 0xdd);
-    r[k] = _mm512_shuffle_i32x4(c0, c2, 0x88);
-    r[8 + k] = _mm512_shuffle_i32x4(c0, c2, 0xdd);
-    r[4 + k] = _mm512_shuffle_i32x4(c1, c3, 0x88);
-    r[12 + k] = _mm512_shuffle_i32x4(c1, c3, 0xdd);
-  }
-}
-
 __mmask64 bytes_mask(int n) { return n >= 64 ? ~__mmask64{0} : (__mmask64{1} << n) - 1; }
 __mmask32 words_mask(int n) { return n >= 32 ? ~__mmask32{0} : (__mmask32{1} << n) - 1; }
 
@@ -152,7 +128,7 @@ struct Bf16Pairs {
       const __mmask64 mk = bytes_mask(D - d0);
       __m512i r[16];
       for (int i = 0; i < 16; ++i) r[i] = rows[i] ? _mm512_maskz_loadu_epi8(mk, rows[i] + d0) : _mm512_setzero_si512();
-      transpose16(r);
+      Avx512Ops::transpose(r);
       for (int c = 0; c < 16 && d0 + 4 * c < D; ++c) {  // d 4c..4c+3 of the slab: pairs d0/2 + 2c, +1
         __m512i lo, hi;
         lut_bytes<K>(r[c], &lo, &hi);

@@ -71,7 +71,11 @@ void run_lanes(const ItemArgs& a) {
   float* s = static_cast<float*>(a.scratch);  // the tile's logits
   float* q = s + a.tile;
   float* acc = q + D;
+  const int per_group = a.lanes / a.groups;
   for (int r = 0; r < a.lanes; ++r) {
+    KeySource keys = a.keys;
+    keys.k += (r / per_group) * a.k_group_stride;
+    keys.v += (r / per_group) * a.v_group_stride;
     load_q<K>(a, r, dec, q);
     std::fill(acc, acc + D, 0.f);
     float m = kNegInf, l = 0.f;
@@ -80,7 +84,7 @@ void run_lanes(const ItemArgs& a) {
       const int32_t j0 = std::max(t0, lo), j1 = std::min(t0 + a.tile, hi);
       float tmax = kNegInf;
       for (int32_t j = j0; j < j1; ++j) {
-        const uint8_t* k = key_row(a.keys, j, false);
+        const uint8_t* k = key_row(keys, j, false);
         float dot = 0.f;
         for (int d = 0; d < D; d += 2) {
           dot += q[d + 1] * dec.v[k[d + 1]];
@@ -102,13 +106,13 @@ void run_lanes(const ItemArgs& a) {
           if (j < j0 || j >= j1) continue;
           const float p8 = pquant(exp2<ScalarOps>(s[j - t0] - m_new));
           tile_l += p8;
-          const uint8_t* v = key_row(a.keys, j, true);
+          const uint8_t* v = key_row(keys, j, true);
           for (int d = 0; d < D; ++d) acc[d] += p8 * dec.v[v[d]];
         }
       }
       l = l * alpha + static_cast<float>(tile_l);
     }
-    store_row<K>(a, r, acc, out_factor(m, l, a.v_descale));
+    store_row<K>(a, r, acc, out_factor(m, l, a.v_descale[r]));
     if (a.lse) a.lse[a.lse_off[r]] = lane_lse(m, l, a.p_scale);
   }
 }

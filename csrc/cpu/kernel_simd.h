@@ -114,6 +114,19 @@ typename O::I encode_out(const ItemArgs& a, typename O::F o) {
   }
 }
 
+// W output values of lane r from column d0 on: its accumulators times the lane's factor f (out_factor),
+// encoded and stored. A lane that saw no key (f = 0) writes 0 even where a tile it shared with other
+// lanes multiplied a NaN v by its P = 0 (0 * NaN = NaN).
+template <class O, Fp8Kind K>
+void store_out(const ItemArgs& a, int r, int d0, typename O::F acc, float f) {
+  const auto c = encode_out<O, K>(a, f == 0.f ? O::zero() : O::mul(acc, O::set1(f)));
+  if (a.out_type == ElemType::FP8) {
+    O::store_u8(static_cast<uint8_t*>(a.out) + a.o_off[r] + d0, c);
+  } else {
+    O::store_u16(static_cast<uint16_t*>(a.out) + a.o_off[r] + d0, c);
+  }
+}
+
 // Rows of keys [j0, j1) into the cache ahead of use (consecutive keys are a head stride apart).
 template <class O>
 void prefetch_keys(const ItemArgs& a, int32_t j0, int32_t j1, bool is_v) {
@@ -123,30 +136,27 @@ void prefetch_keys(const ItemArgs& a, int32_t j0, int32_t j1, bool is_v) {
   }
 }
 
-// Cache lines of the K and V rows of keys [j, end), a few at a time: spread over the work of a chunk, the
-// next chunk's rows arrive without a burst of prefetches waiting for miss buffers.
+// Cache lines of the K and V rows of keys [j, end) (of every lane group), a few at a time: spread over the
+// work of a chunk, the next chunk's rows arrive without a burst of prefetches waiting for miss buffers.
 template <class O>
 struct PrefetchCursor {
   const ItemArgs* a = nullptr;
   int32_t j = 0, end = 0;
-  int line = 0;  // of the current key: K lines, then V lines
-  void reset(const ItemArgs& args, int32_t j0, int32_t j1) { a = &args, j = j0, end = j1, line = 0; }
+  int line = 0, lines = 0;  // of the current key: K lines of each group, then V lines
+  void reset(const ItemArgs& args, int32_t j0, int32_t j1) {
+    a = &args, j = j0, end = j1, line = 0, lines = (args.head_dim + 127) / 128;
+  }
   void step(int n) {
-    const int lines = (a ? a->head_dim + 63 : 0) / 64;
     for (; n > 0 && j < end; --n) {
-      const bool v = line >= lines;
-      O::prefetch(reinterpret_cast<const char*>(key_row(a->keys, j, v)) + 64 * (v ? line - lines : line));
-      if (++line == 2 * lines) line = 0, ++j;
+      const int per = lines * a->groups;
+      const bool v = line >= per;
+      const int at = v ? line - per : line, g = at / lines;
+      O::prefetch(reinterpret_cast<const char*>(key_row(a->keys, j, v)) + g * (v ? a->v_group_stride : a->k_group_stride) +
+                  128 * (at % lines));
+      if (++line == 2 * per) line = 0, ++j;
     }
   }
 };
-
-// Rows of keys [j0, j1) copied to dst ([j - j0][D] bytes): back-to-back loads keep many cache misses in
-// flight (packing straight from memory leaves one), the packing then reads L1.
-template <class O>
-void stage_keys(const ItemArgs& a, int32_t j0, int32_t j1, bool is_v, uint8_t* dst) {
-  for (int32_t j = j0; j < j1; ++j) O::copy_row(dst + static_cast<size_t>(j - j0) * a.head_dim, key_row(a.keys, j, is_v), a.head_dim);
-}
 
 // The kernel. NK keys x nv row vectors per q·k step, ND columns x nv row vectors per P·V step (nv 1 or 2).
 template <class O, class P, int NK, int ND>
@@ -159,7 +169,7 @@ struct RowsKernel {
 
   // Scratch offsets for rv = ceil(lanes / W) row vectors.
   struct Layout {
-    size_t stage, qt, kc, vc, s, pt, ot, lo, hi, scale, m, l, tmax, alpha, msub, nan, ltile, total;
+    size_t qt, kc, vc, s, pt, ot, lo, hi, scale, m, l, tmax, alpha, msub, nan, ltile, total;
     Layout(int D, int tile, int lanes) {
       const size_t lanes_p = static_cast<size_t>((lanes + W - 1) / W) * W;
       size_t o = 0;
@@ -168,7 +178,6 @@ struct RowsKernel {
         o += align64(bytes);
         return at;
       };
-      stage = take(static_cast<size_t>(D) * kChunk);                 // [key][D] FP8 codes
       qt = take(sizeof(E) * D * lanes_p);                          // [D/2][rv][2W]
       kc = take(sizeof(E) * D * (kChunk + NK));                     // [key][D]
       vc = take(sizeof(E) * D * kChunk);                            // [key pair][D/W][2W]
@@ -196,7 +205,6 @@ struct RowsKernel {
     const ItemArgs& a;
     const int D, rv;
     const size_t srow;  // floats per row vector in s
-    uint8_t* stage;
     E *qt, *kc, *vc, *pt;
     float *s, *ot, *scale, *m, *l, *tmax, *alpha, *msub, *nan;
     int32_t *lo, *hi;
@@ -206,7 +214,6 @@ struct RowsKernel {
     Item(const ItemArgs& args, const Layout& L)
         : a(args), D(args.head_dim), rv((args.lanes + W - 1) / W), srow((static_cast<size_t>(args.tile) + 2) * W) {
       unsigned char* base = static_cast<unsigned char*>(args.scratch);
-      stage = base + L.stage;
       qt = reinterpret_cast<E*>(base + L.qt);
       kc = reinterpret_cast<E*>(base + L.kc);
       vc = reinterpret_cast<E*>(base + L.vc);
@@ -262,32 +269,22 @@ struct RowsKernel {
       std::memset(ot, 0, sizeof(float) * D * rv * W);
     }
 
-    // The lanes' output rows and lse from O^T (ItemArgs' epilogue), vectors over lanes.
+    // The lanes' output rows and lse from O^T (ItemArgs' epilogue): W x W blocks of O^T transposed into
+    // rows, scaled per lane, encoded and stored W columns at a time.
     void epilogue() const {
-      alignas(64) float fac[W];
-      alignas(64) uint32_t code[W];
+      float fac[W];
       for (int v = 0; v < rv; ++v) {
         const int n = imin(W, a.lanes - v * W);
-        for (int i = 0; i < W; ++i) {
+        for (int i = 0; i < n; ++i) {
           const int r = v * W + i;
-          fac[i] = i < n ? out_factor(m[r], l[r], a.v_descale) : 0.f;
-          if (i < n && a.lse) a.lse[a.lse_off[r]] = lane_lse(m[r], l[r], a.p_scale);
+          fac[i] = out_factor(m[r], l[r], a.v_descale[r]);
+          if (a.lse) a.lse[a.lse_off[r]] = lane_lse(m[r], l[r], a.p_scale);
         }
-        const F f = O::load(fac);
-        // A row that saw no key writes 0 even where a shared tile's P = 0 met a NaN v (0 * NaN).
-        const M none = O::eq(f, O::zero());
-        for (int d = 0; d < D; ++d) {
-          O::store(reinterpret_cast<float*>(code),
-                   O::from_bits(encode_out<O, K>(
-                       a, O::select(none, O::zero(), O::mul(O::load(ot + (static_cast<size_t>(d) * rv + v) * W), f)))));
-          for (int i = 0; i < n; ++i) {
-            const int64_t at = a.o_off[v * W + i] + d;
-            if (a.out_type == ElemType::FP8) {
-              static_cast<uint8_t*>(a.out)[at] = static_cast<uint8_t>(code[i]);
-            } else {
-              static_cast<uint16_t*>(a.out)[at] = static_cast<uint16_t>(code[i]);
-            }
-          }
+        for (int d0 = 0; d0 < D; d0 += W) {
+          F x[W];
+          for (int dd = 0; dd < W; ++dd) x[dd] = O::load(ot + (static_cast<size_t>(d0 + dd) * rv + v) * W);
+          O::transpose(x);
+          for (int i = 0; i < n; ++i) store_out<O, K>(a, v * W + i, d0, x[i], fac[i]);
         }
       }
     }
@@ -448,7 +445,6 @@ struct RowsKernel {
         if (!any) continue;  // a tile no lane sees changes nothing
         for (int32_t c0 = cb; c0 < jb; c0 += kChunk) {
           const int32_t c1 = imin(c0 + kChunk, jb), s0 = imax(c0, ja);
-          stage_keys<O>(a, s0, c1, false, stage);
           prefetch_keys<O>(a, c1, imin(c1 + kChunk, a.key_end), false);  // the next chunk's keys
           prefetch_keys<O>(a, s0, c1, true);                               // and this chunk's values, used below
           for (int32_t j = c0; j < c1 + (NK - 1); ++j) {
@@ -456,7 +452,7 @@ struct RowsKernel {
             if (j < ja || j >= c1) {
               std::memset(dst, 0, sizeof(E) * D);
             } else {
-              P::template convert_row<K>(stage + static_cast<size_t>(j - s0) * D, dst, D);
+              P::template convert_row<K>(key_row(a.keys, j, false), dst, D);
             }
           }
           for_groups(act, c0, c1, [&](int v, int n) { n == 2 ? qk<2>(v, c0, c1, cb) : qk<1>(v, c0, c1, cb); });
@@ -464,14 +460,12 @@ struct RowsKernel {
         for (int v = 0; v < rv; ++v)
           if (act[v]) update_max(v);
         for (int32_t c0 = cb; c0 < jb; c0 += kChunk) {
-          const int32_t c1 = imin(c0 + kChunk, jb), s0 = imax(c0, ja);
+          const int32_t c1 = imin(c0 + kChunk, jb);
           const int pairs = (c1 - c0 + 1) / 2;
-          stage_keys<O>(a, s0, c1, true, stage);
           for (int i = 0; i < pairs; ++i) {
             const int32_t j = c0 + 2 * i;
-            pack_v_pair<P, K>(j >= ja ? stage + static_cast<size_t>(j - s0) * D : nullptr,
-                              j + 1 < c1 ? stage + static_cast<size_t>(j + 1 - s0) * D : nullptr,
-                              vc + static_cast<size_t>(i) * 2 * D, D);
+            pack_v_pair<P, K>(j >= ja ? key_row(a.keys, j, true) : nullptr,
+                              j + 1 < c1 ? key_row(a.keys, j + 1, true) : nullptr, vc + static_cast<size_t>(i) * 2 * D, D);
           }
           for_groups(act, c0, c1, [&](int v, int n) {
             for (int u = v; u < v + n; ++u) probs(u, c0, c1, cb);
@@ -492,7 +486,7 @@ struct RowsKernel {
     for (int r0 = 0; r0 < args.lanes; r0 += kMaxLanes) {
       ItemArgs a = args;
       a.lanes = imin(kMaxLanes, args.lanes - r0);
-      a.lo += r0, a.hi += r0, a.logit_scale += r0, a.inv_q_descale += r0;
+      a.lo += r0, a.hi += r0, a.logit_scale += r0, a.inv_q_descale += r0, a.v_descale += r0;
       a.q_off += r0, a.o_off += r0, a.lse_off += r0;
       const Layout L(a.head_dim, a.tile, a.lanes);
       if (a.kind == Fp8Kind::E4M3FN) {
@@ -514,43 +508,50 @@ struct KeysKernel {
   using E = typename P::E;
   static constexpr int W = O::W;
   static constexpr int kBlocks = kChunk / W;  // key vectors per chunk
-  static constexpr int kMaxLanes = 16;
+  static constexpr int kMaxLanes = 128;
+  static constexpr int kPrefetchStep = 256 / (2 * kBlocks);
 
   static size_t srow(int tile) { return static_cast<size_t>((tile + 1) / kChunk + 1) * kChunk; }
   struct Layout {
     size_t qn, kt, vc, s, pn, o, tmp, total;
-    Layout(int D, int tile) {
+    Layout(int D, int tile, int lanes) {
+      const size_t nl = static_cast<size_t>(imin(lanes, kMaxLanes));
       size_t at = 0;
       auto take = [&](size_t bytes) {
         const size_t here = at;
         at += align64(bytes);
         return here;
       };
-      qn = take(sizeof(E) * D * kMaxLanes);        // [lane][D]
+      qn = take(sizeof(E) * D * nl);               // [lane][D]
       kt = take(sizeof(E) * D * kChunk);           // [D/2][kBlocks][2W]
       vc = take(sizeof(E) * D * kChunk);           // [key pair][D/W][2W]
-      s = take(sizeof(float) * srow(tile) * kMaxLanes);  // [lane][key]
-      pn = take(sizeof(E) * kChunk * kMaxLanes);   // [lane][key]
-      o = take(sizeof(float) * D * kMaxLanes);     // [lane][D]
+      s = take(sizeof(float) * srow(tile) * nl);   // [lane][key]
+      pn = take(sizeof(E) * kChunk * nl);          // [lane][key]
+      o = take(sizeof(float) * D * nl);            // [lane][D]
       tmp = take(sizeof(float) * D);
       total = at;
     }
   };
-  static size_t scratch_bytes(int32_t D, int32_t tile, int32_t) { return Layout(D, tile).total; }
+  static size_t scratch_bytes(int32_t D, int32_t tile, int32_t lanes) { return Layout(D, tile, lanes).total; }
 
   template <Fp8Kind K>
   struct Item {
     const ItemArgs& a;
     const int D;
     const size_t sr;
+    const int lpg;  // lanes per group (kv head)
     E *qn, *kt, *vc, *pn;
     float *s, *o, *tmp;
     float m[kMaxLanes], l[kMaxLanes], tmax[kMaxLanes], alpha[kMaxLanes], msub[kMaxLanes];
     double ltile[kMaxLanes];
     bool nan[kMaxLanes];
-    PrefetchCursor<O> pf;  // the next chunk's rows, a few lines per q·k / P·V step
+    // The next chunk's rows, prefetched between the microkernels (inside them a prefetch costs registers):
+    // kPrefetchStep lines per packed K^T block, twice that per P·V lane step, a group's 256 lines (D 128)
+    // by the end of its chunk.
+    PrefetchCursor<O> pf;
 
-    Item(const ItemArgs& args, const Layout& L) : a(args), D(args.head_dim), sr(srow(args.tile)) {
+    Item(const ItemArgs& args, const Layout& L)
+        : a(args), D(args.head_dim), sr(srow(args.tile)), lpg(args.lanes / args.groups) {
       unsigned char* base = static_cast<unsigned char*>(args.scratch);
       qn = reinterpret_cast<E*>(base + L.qn);
       kt = reinterpret_cast<E*>(base + L.kt);
@@ -561,15 +562,21 @@ struct KeysKernel {
       tmp = reinterpret_cast<float*>(base + L.tmp);
     }
 
-    // K^T of chunk keys [c0, c0 + nkb W): key j < ja or >= c1 as zeros; the next chunk's keys fetched ahead.
-    void pack_kt(int32_t c0, int32_t c1, int32_t ja, int nkb) {
+    // Group g's key (is_v false) or value row of key j.
+    const uint8_t* row(int g, int32_t j, bool is_v) const {
+      return key_row(a.keys, j, is_v) + g * (is_v ? a.v_group_stride : a.k_group_stride);
+    }
+
+    // Group g's K^T of chunk keys [c0, c0 + nkb W): key j < ja or >= c1 as zeros.
+    void pack_kt(int g, int32_t c0, int32_t c1, int32_t ja, int nkb) {
       const uint8_t* rows[W];
       for (int kb = 0; kb < nkb; ++kb) {
         for (int i = 0; i < W; ++i) {
           const int32_t j = c0 + kb * W + i;
-          rows[i] = j < ja || j >= c1 ? nullptr : key_row(a.keys, j, false);
+          rows[i] = j < ja || j >= c1 ? nullptr : row(g, j, false);
         }
         P::template pack_kt<K>(rows, kt + static_cast<size_t>(kb) * 2 * W, D, static_cast<size_t>(kBlocks) * 2 * W);
+        pf.step(kPrefetchStep);
       }
     }
 
@@ -589,7 +596,6 @@ struct KeysKernel {
             const auto b = P::bcast_pair(qn + static_cast<size_t>(r0 + r) * D + 2 * p);
             for (int k = 0; k < NKB; ++k) acc[r][k] = P::dot2(acc[r][k], kv[k], b);
           }
-          pf.step(2);
         }
         for (int r = 0; r < nr; ++r) {
           const int lane = r0 + r;
@@ -645,7 +651,6 @@ struct KeysKernel {
             for (int k = 0; k < ND; ++k)
               if (db0 + k < dblocks) acc[r][k] = P::dot2(acc[r][k], vv[k], b);
           }
-          pf.step(2);
         }
         for (int r = 0; r < nr; ++r)
           for (int k = 0; k < ND; ++k)
@@ -653,19 +658,20 @@ struct KeysKernel {
       }
     }
 
-    // Lanes in groups of NR (the last group smaller).
-    void qk_lanes(int32_t c0, int32_t c1, int32_t cb, int nkb) {
-      for (int r0 = 0; r0 < a.lanes; r0 += NR) {
-        const int n = imin(NR, a.lanes - r0);
+    // Group g's lanes, NR at a time (the last step fewer).
+    void qk_lanes(int g, int32_t c0, int32_t c1, int32_t cb, int nkb) {
+      for (int r0 = g * lpg; r0 < (g + 1) * lpg; r0 += NR) {
+        const int n = imin(NR, (g + 1) * lpg - r0);
         if (n >= NR) qk<NR>(r0, c0, c1, cb, nkb);
         else if (n == 3) qk<3>(r0, c0, c1, cb, nkb);
         else if (n == 2) qk<2>(r0, c0, c1, cb, nkb);
         else qk<1>(r0, c0, c1, cb, nkb);
       }
     }
-    void pv_lanes(int pairs) {
-      for (int r0 = 0; r0 < a.lanes; r0 += NR) {
-        const int n = imin(NR, a.lanes - r0);
+    void pv_lanes(int g, int pairs) {
+      for (int r0 = g * lpg; r0 < (g + 1) * lpg; r0 += NR) {
+        pf.step(2 * kPrefetchStep);
+        const int n = imin(NR, (g + 1) * lpg - r0);
         if (n >= NR) pv<NR>(r0, pairs);
         else if (n == 3) pv<3>(r0, pairs);
         else if (n == 2) pv<2>(r0, pairs);
@@ -691,8 +697,10 @@ struct KeysKernel {
           const int32_t c1 = imin(c0 + kChunk, jb);
           const int nkb = (c1 - c0 + W - 1) / W;
           pf.reset(a, c1, imin(c1 + kChunk, a.key_end));
-          pack_kt(c0, c1, ja, nkb);
-          qk_lanes(c0, c1, cb, nkb);
+          for (int g = 0; g < a.groups; ++g) {
+            pack_kt(g, c0, c1, ja, nkb);
+            qk_lanes(g, c0, c1, cb, nkb);
+          }
         }
         for (int r = 0; r < a.lanes; ++r) {  // the rows kernel's update_max, per lane
           const float mn = nan[r] ? std::numeric_limits<float>::quiet_NaN() : ScalarOps::max(tmax[r], m[r]);
@@ -710,41 +718,38 @@ struct KeysKernel {
         for (int32_t c0 = cb; c0 < jb; c0 += kChunk) {
           const int32_t c1 = imin(c0 + kChunk, jb);
           const int nkb = (c1 - c0 + W - 1) / W, pairs = (c1 - c0 + 1) / 2;
-          for (int i = 0; i < pairs; ++i) {
-            const int32_t j = c0 + 2 * i;
-            pack_v_pair<P, K>(j >= ja ? key_row(a.keys, j, true) : nullptr,
-                              j + 1 < c1 ? key_row(a.keys, j + 1, true) : nullptr, vc + static_cast<size_t>(i) * 2 * D, D);
-          }
           for (int r = 0; r < a.lanes; ++r) probs(r, c0, cb, nkb);
-          pv_lanes(pairs);
+          for (int g = 0; g < a.groups; ++g) {
+            for (int i = 0; i < pairs; ++i) {
+              const int32_t j = c0 + 2 * i;
+              pack_v_pair<P, K>(j >= ja ? row(g, j, true) : nullptr, j + 1 < c1 ? row(g, j + 1, true) : nullptr,
+                                vc + static_cast<size_t>(i) * 2 * D, D);
+            }
+            pv_lanes(g, pairs);
+          }
         }
         for (int r = 0; r < a.lanes; ++r) l[r] = l[r] * alpha[r] + static_cast<float>(ltile[r]);
       }
       for (int r = 0; r < a.lanes; ++r) {  // epilogue, vectors over d
-        const float fr = out_factor(m[r], l[r], a.v_descale);
-        const F f = O::set1(fr);
+        const float f = out_factor(m[r], l[r], a.v_descale[r]);
         if (a.lse) a.lse[a.lse_off[r]] = lane_lse(m[r], l[r], a.p_scale);
-        for (int d = 0; d < D; d += W) {
-          // A row that saw no key writes 0 even where a shared chunk's P = 0 met a NaN v.
-          const F x = fr == 0.f ? O::zero() : O::mul(O::load(o + static_cast<size_t>(r) * D + d), f);
-          const auto c = encode_out<O, K>(a, x);
-          if (a.out_type == ElemType::FP8) {
-            O::store_u8(static_cast<uint8_t*>(a.out) + a.o_off[r] + d, c);
-          } else {
-            O::store_u16(static_cast<uint16_t*>(a.out) + a.o_off[r] + d, c);
-          }
-        }
+        for (int d = 0; d < D; d += W) store_out<O, K>(a, r, d, O::load(o + static_cast<size_t>(r) * D + d), f);
       }
     }
   };
 
+  // Items of more than kMaxLanes lanes run as several, in whole groups (lanes are independent).
   static void run(const ItemArgs& args) {
-    for (int r0 = 0; r0 < args.lanes; r0 += kMaxLanes) {
+    const int lpg = args.lanes / args.groups, step = lpg * imax(1, kMaxLanes / lpg);
+    for (int r0 = 0; r0 < args.lanes; r0 += step) {
       ItemArgs a = args;
-      a.lanes = imin(kMaxLanes, args.lanes - r0);
-      a.lo += r0, a.hi += r0, a.logit_scale += r0, a.inv_q_descale += r0;
+      a.lanes = imin(step, args.lanes - r0);
+      a.groups = a.lanes / lpg;
+      a.keys.k += (r0 / lpg) * args.k_group_stride;
+      a.keys.v += (r0 / lpg) * args.v_group_stride;
+      a.lo += r0, a.hi += r0, a.logit_scale += r0, a.inv_q_descale += r0, a.v_descale += r0;
       a.q_off += r0, a.o_off += r0, a.lse_off += r0;
-      const Layout L(a.head_dim, a.tile);
+      const Layout L(a.head_dim, a.tile, a.lanes);
       if (a.kind == Fp8Kind::E4M3FN) {
         Item<Fp8Kind::E4M3FN>(a, L).run();
       } else {
@@ -761,7 +766,7 @@ struct SimdKernel {
     const size_t r = Rows::scratch_bytes(D, tile, lanes), k = Keys::scratch_bytes(D, tile, lanes);
     return r > k ? r : k;
   }
-  static void run(const ItemArgs& a) { a.lanes < kKeysBelow ? Keys::run(a) : Rows::run(a); }
+  static void run(const ItemArgs& a) { a.groups > 1 || a.lanes < kKeysBelow ? Keys::run(a) : Rows::run(a); }
   static Kernel kernel() { return {&scratch_bytes, &run}; }
 };
 

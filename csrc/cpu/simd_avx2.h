@@ -90,6 +90,25 @@ struct Avx2Ops {
   static M lti(I a, I b) { return _mm256_castsi256_ps(_mm256_cmpgt_epi32(b, a)); }
   static M eqi(I a, I b) { return _mm256_castsi256_ps(_mm256_cmpeq_epi32(a, b)); }
   static F cvti(I a) { return _mm256_cvtepi32_ps(a); }
+  // r[0..7] -> their transpose (r[c] holds lane c of every input).
+  static void transpose(F r[8]) {
+    F a[8], b[8];
+    for (int i = 0; i < 8; i += 2) {
+      a[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+      a[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+    }
+    for (int i = 0; i < 8; i += 4) {
+      b[i] = _mm256_shuffle_ps(a[i], a[i + 2], 0x44);
+      b[i + 1] = _mm256_shuffle_ps(a[i], a[i + 2], 0xee);
+      b[i + 2] = _mm256_shuffle_ps(a[i + 1], a[i + 3], 0x44);
+      b[i + 3] = _mm256_shuffle_ps(a[i + 1], a[i + 3], 0xee);
+    }
+    // b[4g + k]: in 128-bit half L, element 4L + k of inputs 4g..4g+3.
+    for (int k = 0; k < 4; ++k) {
+      r[k] = _mm256_permute2f128_ps(b[k], b[4 + k], 0x20);
+      r[4 + k] = _mm256_permute2f128_ps(b[k], b[4 + k], 0x31);
+    }
+  }
   static float hmax(F a) {
     __m128 x = _mm_max_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
     x = _mm_max_ps(x, _mm_movehl_ps(x, x));

@@ -72,6 +72,35 @@ struct Avx512Ops {
   static M lti(I a, I b) { return _mm512_cmplt_epi32_mask(a, b); }
   static M eqi(I a, I b) { return _mm512_cmpeq_epi32_mask(a, b); }
   static F cvti(I a) { return _mm512_cvtepi32_ps(a); }
+  // r[0..15] -> their transpose (r[c] holds lane c of every input), as 32-bit lanes.
+  static void transpose(I r[16]) {
+    I a[16], b[16];
+    for (int i = 0; i < 16; i += 2) {
+      a[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
+      a[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
+    }
+    for (int i = 0; i < 16; i += 4) {
+      b[i] = _mm512_unpacklo_epi64(a[i], a[i + 2]);
+      b[i + 1] = _mm512_unpackhi_epi64(a[i], a[i + 2]);
+      b[i + 2] = _mm512_unpacklo_epi64(a[i + 1], a[i + 3]);
+      b[i + 3] = _mm512_unpackhi_epi64(a[i + 1], a[i + 3]);
+    }
+    // b[4g + k]: in 128-bit lane L, element 4L + k of inputs 4g..4g+3.
+    for (int k = 0; k < 4; ++k) {
+      const I c0 = _mm512_shuffle_i32x4(b[k], b[4 + k], 0x88), c1 = _mm512_shuffle_i32x4(b[k], b[4 + k], 0xdd);
+      const I c2 = _mm512_shuffle_i32x4(b[8 + k], b[12 + k], 0x88), c3 = _mm512_shuffle_i32x4(b[8 + k], b[12 + k], 0xdd);
+      r[k] = _mm512_shuffle_i32x4(c0, c2, 0x88);
+      r[8 + k] = _mm512_shuffle_i32x4(c0, c2, 0xdd);
+      r[4 + k] = _mm512_shuffle_i32x4(c1, c3, 0x88);
+      r[12 + k] = _mm512_shuffle_i32x4(c1, c3, 0xdd);
+    }
+  }
+  static void transpose(F r[16]) {
+    I x[16];
+    for (int i = 0; i < 16; ++i) x[i] = _mm512_castps_si512(r[i]);
+    transpose(x);
+    for (int i = 0; i < 16; ++i) r[i] = _mm512_castsi512_ps(x[i]);
+  }
   static float hmax(F a) { return _mm512_reduce_max_ps(a); }
   static float hsum_exact(F a) { return _mm512_reduce_add_ps(a); }  // only for sums that are exact in any order
 };
