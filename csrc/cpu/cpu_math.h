@@ -9,7 +9,6 @@
 #pragma once
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 
 #include "cpu/item.h"
 #include "kernels/numeric/fp8.h"
@@ -44,16 +43,8 @@ struct ScalarOps {
   static M eq(F a, F b) { return a == b; }
   static M isnan(F a) { return a != a; }
   static F select(M m, F a, F b) { return m ? a : b; }
-  static I bits(F x) {
-    I u;
-    std::memcpy(&u, &x, 4);
-    return u;
-  }
-  static F from_bits(I u) {
-    F x;
-    std::memcpy(&x, &u, 4);
-    return x;
-  }
+  static I bits(F x) { return f32_bits(x); }
+  static F from_bits(I u) { return bits_f32(u); }
   static I addi(I a, I b) { return a + b; }
   static I andi(I a, I b) { return a & b; }
   static I ori(I a, I b) { return a | b; }

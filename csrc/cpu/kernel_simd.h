@@ -27,6 +27,16 @@ inline int32_t imin(int32_t a, int32_t b) { return a < b ? a : b; }
 inline int32_t imax(int32_t a, int32_t b) { return a > b ? a : b; }
 inline size_t align64(size_t n) { return (n + 63) & ~size_t{63}; }
 
+// Offsets of the scratch arrays of one work item, each 64-byte aligned (a cache line).
+struct Arena {
+  size_t total = 0;
+  size_t take(size_t bytes) {
+    const size_t at = total;
+    total += align64(bytes);
+    return at;
+  }
+};
+
 // Pairs as two fp32 values: a pair vector is [2][W] (even elements, then odd), a dot step two FMAs,
 // the odd element first (the order of vdpbf16ps).
 template <class O>
@@ -172,29 +182,24 @@ struct RowsKernel {
     size_t qt, kc, vc, s, pt, ot, lo, hi, scale, m, l, tmax, alpha, msub, nan, ltile, total;
     Layout(int D, int tile, int lanes) {
       const size_t lanes_p = static_cast<size_t>((lanes + W - 1) / W) * W;
-      size_t o = 0;
-      auto take = [&](size_t bytes) {
-        const size_t at = o;
-        o += align64(bytes);
-        return at;
-      };
-      qt = take(sizeof(E) * D * lanes_p);                          // [D/2][rv][2W]
-      kc = take(sizeof(E) * D * (kChunk + NK));                     // [key][D]
-      vc = take(sizeof(E) * D * kChunk);                            // [key pair][D/W][2W]
-      s = take(sizeof(float) * (static_cast<size_t>(tile) + 2) * lanes_p);  // [rv][key][W]
-      pt = take(sizeof(E) * kChunk * lanes_p);                      // [key pair][rv][2W]
-      ot = take(sizeof(float) * D * lanes_p);                       // [D][rv][W]
-      lo = take(sizeof(int32_t) * lanes_p);
-      hi = take(sizeof(int32_t) * lanes_p);
-      scale = take(sizeof(float) * lanes_p);
-      m = take(sizeof(float) * lanes_p);
-      l = take(sizeof(float) * lanes_p);
-      tmax = take(sizeof(float) * lanes_p);
-      alpha = take(sizeof(float) * lanes_p);
-      msub = take(sizeof(float) * lanes_p);
-      nan = take(sizeof(float) * lanes_p);
-      ltile = take(sizeof(double) * lanes_p);
-      total = o;
+      Arena ar;
+      qt = ar.take(sizeof(E) * D * lanes_p);                          // [D/2][rv][2W]
+      kc = ar.take(sizeof(E) * D * (kChunk + NK));                     // [key][D]
+      vc = ar.take(sizeof(E) * D * kChunk);                            // [key pair][D/W][2W]
+      s = ar.take(sizeof(float) * (static_cast<size_t>(tile) + 2) * lanes_p);  // [rv][key][W]
+      pt = ar.take(sizeof(E) * kChunk * lanes_p);                      // [key pair][rv][2W]
+      ot = ar.take(sizeof(float) * D * lanes_p);                       // [D][rv][W]
+      lo = ar.take(sizeof(int32_t) * lanes_p);
+      hi = ar.take(sizeof(int32_t) * lanes_p);
+      scale = ar.take(sizeof(float) * lanes_p);
+      m = ar.take(sizeof(float) * lanes_p);
+      l = ar.take(sizeof(float) * lanes_p);
+      tmax = ar.take(sizeof(float) * lanes_p);
+      alpha = ar.take(sizeof(float) * lanes_p);
+      msub = ar.take(sizeof(float) * lanes_p);
+      nan = ar.take(sizeof(float) * lanes_p);
+      ltile = ar.take(sizeof(double) * lanes_p);
+      total = ar.total;
     }
   };
 
@@ -516,20 +521,15 @@ struct KeysKernel {
     size_t qn, kt, vc, s, pn, o, tmp, total;
     Layout(int D, int tile, int lanes) {
       const size_t nl = static_cast<size_t>(imin(lanes, kMaxLanes));
-      size_t at = 0;
-      auto take = [&](size_t bytes) {
-        const size_t here = at;
-        at += align64(bytes);
-        return here;
-      };
-      qn = take(sizeof(E) * D * nl);               // [lane][D]
-      kt = take(sizeof(E) * D * kChunk);           // [D/2][kBlocks][2W]
-      vc = take(sizeof(E) * D * kChunk);           // [key pair][D/W][2W]
-      s = take(sizeof(float) * srow(tile) * nl);   // [lane][key]
-      pn = take(sizeof(E) * kChunk * nl);          // [lane][key]
-      o = take(sizeof(float) * D * nl);            // [lane][D]
-      tmp = take(sizeof(float) * D);
-      total = at;
+      Arena ar;
+      qn = ar.take(sizeof(E) * D * nl);               // [lane][D]
+      kt = ar.take(sizeof(E) * D * kChunk);           // [D/2][kBlocks][2W]
+      vc = ar.take(sizeof(E) * D * kChunk);           // [key pair][D/W][2W]
+      s = ar.take(sizeof(float) * srow(tile) * nl);   // [lane][key]
+      pn = ar.take(sizeof(E) * kChunk * nl);          // [lane][key]
+      o = ar.take(sizeof(float) * D * nl);            // [lane][D]
+      tmp = ar.take(sizeof(float) * D);
+      total = ar.total;
     }
   };
   static size_t scratch_bytes(int32_t D, int32_t tile, int32_t lanes) { return Layout(D, tile, lanes).total; }
