@@ -194,7 +194,7 @@ def measure(obj_dir, cuobjdump):
     data = {}
     for obj in sorted(glob.glob(os.path.join(obj_dir, "*.o"))):
         inst = os.path.basename(obj)[:-2]
-        if not inst.startswith("fwd_") or inst == "fwd_dispatch":
+        if not inst.startswith("fwd_") or "." in inst:  # instance files only (fwd_table.cpp.o is host code)
             continue
         sass = subprocess.run([cuobjdump, "-sass", obj], capture_output=True, text=True, check=True).stdout
         funcs = parse_sass(sass)
