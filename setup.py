@@ -50,6 +50,21 @@ class CMakeBuild(build_ext):
         subprocess.check_call(["cmake", str(ROOT), *cfg], cwd=build_dir)
         jobs = os.environ.get("MAX_JOBS", str(os.cpu_count() or 1))
         subprocess.check_call(["cmake", "--build", ".", "-j", jobs], cwd=build_dir)
+        # The commit the extension was built from, beside it (fp8attn.build_commit): a wheel installed
+        # elsewhere, or under another checkout, cannot ask git.
+        (out_dir / "_build_commit").write_text(_git_commit() + "\n")
+
+
+def _git_commit() -> str:
+    """HEAD's short hash, "-dirty" when tracked files differ from it; "" outside a git checkout."""
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, timeout=30).stdout.strip()
+
+    try:
+        head = git("rev-parse", "--short", "HEAD")
+        return head + ("-dirty" if head and git("status", "--porcelain", "--untracked-files=no") else "")
+    except OSError:
+        return ""
 
 
 def _has_ninja() -> bool:

@@ -8,5 +8,20 @@ from .ops import forward, kernel_kv_tile, kernel_name, resolve_out_dtype, write_
 from .quant import default_p_scale, fn_scale_to_fnuz, fp8_max, quantize
 
 __all__ = ["forward", "kernel_name", "kernel_kv_tile", "write_kv_cache", "resolve_out_dtype", "default_p_scale",
-           "fn_scale_to_fnuz", "fp8_max", "quantize"]
+           "fn_scale_to_fnuz", "fp8_max", "quantize", "build_commit"]
 __version__ = "0.1.0"
+
+
+def build_commit() -> str:
+    """The git commit this installation's extension was built from ("-dirty": with uncommitted changes;
+    "" when built outside a checkout). ``FP8ATTN_COMMIT`` overrides it, for a build copied without git."""
+    import os
+    from pathlib import Path
+
+    env = os.environ.get("FP8ATTN_COMMIT")
+    if env:
+        return env
+    try:
+        return (Path(__file__).resolve().parent / "_build_commit").read_text().strip()
+    except OSError:
+        return ""

@@ -13,13 +13,12 @@ import datetime
 import importlib.util
 import json
 import statistics
-import subprocess
 import sys
 import time
 
 import torch
 
-from . import forward, kernel_kv_tile, kernel_name
+from . import build_commit, forward, kernel_kv_tile, kernel_name
 from .quant import fp8_max
 from .reference import ideal_attention, quantized_attention
 from .workload import llama_batch
@@ -109,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
           f"{100 * r['identical_to_quantized_ref']:.2f}% of outputs bit-identical to the quantized fp64 reference")
     print(f"  throughput: {r['seconds'] * 1e3:.2f} ms, {r['tflops']:.3f} TFLOP/s, KV read {r['kv_gb_per_s']:.3g} GB/s")
     results = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-               "torch": torch.__version__, "commit": _commit(), "attention": r}
+               "torch": torch.__version__, "commit": build_commit() or None, "attention": r}
     if not args.no_model:
         results["model"] = _model_comparison(device)
     if args.json:
@@ -117,15 +116,6 @@ def main(argv: list[str] | None = None) -> int:
             json.dump(results, f, indent=2)
     return 0
 
-
-def _commit() -> str | None:
-    """The source tree's git commit, when run from a checkout."""
-    try:
-        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=5,
-                             cwd=__file__.rsplit("/", 2)[0])
-    except OSError:
-        return None
-    return out.stdout.strip() or None
 
 
 def _model_comparison(device: torch.device) -> dict:

@@ -26,7 +26,6 @@ import json
 import math
 import os
 import platform
-import subprocess
 import sys
 
 import torch
@@ -313,14 +312,8 @@ def peers_available():
 
 
 def environment():
-    """Card, software and commit of a run (FP8ATTN_COMMIT names the commit where the checkout has no
-    usable git metadata, e.g. a copied working tree)."""
-    try:
-        commit = os.environ.get("FP8ATTN_COMMIT") or subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-            cwd=os.path.dirname(os.path.abspath(__file__))).stdout.strip()
-    except Exception:  # noqa: BLE001
-        commit = ""
+    """Card, software and commit (fp8attn.build_commit) of a run."""
+    commit = fp8attn.build_commit()
     env = dict(date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
                device=torch.cuda.get_device_name(), torch=torch.__version__, cuda=torch.version.cuda,
                cudnn=torch.backends.cudnn.version(), python=platform.python_version(), commit=commit,

@@ -22,7 +22,6 @@ import math
 import os
 import platform
 import statistics
-import subprocess
 import time
 
 import torch
@@ -237,8 +236,7 @@ def peers_available() -> list[str]:
 
 
 def environment(peers: list[str], bandwidth: float) -> dict:
-    """CPU, instruction set, threads, software and commit of a run (FP8ATTN_COMMIT names the commit where the
-    checkout has no git metadata)."""
+    """CPU, instruction set, threads, software and commit (fp8attn.build_commit) of a run."""
     info = {}
     try:
         with open("/proc/cpuinfo") as f:
@@ -248,12 +246,7 @@ def environment(peers: list[str], bandwidth: float) -> dict:
     except OSError:
         pass
     flags = set(info.get("flags", "").split())
-    try:
-        commit = os.environ.get("FP8ATTN_COMMIT") or subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-            cwd=os.path.dirname(os.path.abspath(__file__))).stdout.strip()
-    except Exception:  # noqa: BLE001
-        commit = ""
+    commit = fp8attn.build_commit()
     env = dict(date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
                cpu=info.get("model name", platform.processor()), cpu_family=info.get("cpu family"),
                cpu_model=info.get("model"), cores=os.cpu_count(), threads=torch.get_num_threads(),
