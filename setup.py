@@ -31,7 +31,9 @@ class CMakeBuild(build_ext):
         build_dir = Path(self.build_temp).resolve() / ext.name
         build_dir.mkdir(parents=True, exist_ok=True)
         cfg = ["-DCMAKE_BUILD_TYPE=Release", f"-DPython_EXECUTABLE={sys.executable}",
-               f"-DCMAKE_LIBRARY_OUTPUT_DIRECTORY={out_dir}"]
+               f"-DCMAKE_LIBRARY_OUTPUT_DIRECTORY={out_dir}",
+               # compiled in (fp8attn.build_commit): a wheel installed elsewhere cannot ask git
+               f"-DFP8ATTN_COMMIT={_git_commit()}"]
         # The compiler named every time (CXX, else CMake's default c++); a reused build directory
         # configured with another one starts afresh (so the libstdc++ link checks of CMakeLists.txt
         # judge the compiler in use).
@@ -50,9 +52,6 @@ class CMakeBuild(build_ext):
         subprocess.check_call(["cmake", str(ROOT), *cfg], cwd=build_dir)
         jobs = os.environ.get("MAX_JOBS", str(os.cpu_count() or 1))
         subprocess.check_call(["cmake", "--build", ".", "-j", jobs], cwd=build_dir)
-        # The commit the extension was built from, beside it (fp8attn.build_commit): a wheel installed
-        # elsewhere, or under another checkout, cannot ask git.
-        (out_dir / "_build_commit").write_text(_git_commit() + "\n")
 
 
 def _git_commit() -> str:

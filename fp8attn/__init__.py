@@ -16,12 +16,7 @@ def build_commit() -> str:
     """The git commit this installation's extension was built from ("-dirty": with uncommitted changes;
     "" when built outside a checkout). ``FP8ATTN_COMMIT`` overrides it, for a build copied without git."""
     import os
-    from pathlib import Path
 
-    env = os.environ.get("FP8ATTN_COMMIT")
-    if env:
-        return env
-    try:
-        return (Path(__file__).resolve().parent / "_build_commit").read_text().strip()
-    except OSError:
-        return ""
+    import torch
+
+    return os.environ.get("FP8ATTN_COMMIT") or torch.ops.fp8attn.build_commit()

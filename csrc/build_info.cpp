@@ -1,0 +1,15 @@
+// The commit this extension was built from (setup.py passes it to CMake; "-dirty": with uncommitted
+// changes; "" outside a git checkout): what a benchmark or a bug report records, wherever the wheel is.
+#include <torch/library.h>
+
+#include <string>
+
+#ifndef FP8ATTN_COMMIT
+#define FP8ATTN_COMMIT ""
+#endif
+
+namespace {
+std::string build_commit() { return FP8ATTN_COMMIT; }
+}  // namespace
+
+TORCH_LIBRARY_FRAGMENT(fp8attn, m) { m.def("build_commit() -> str", &build_commit); }
