@@ -146,24 +146,34 @@ void prefetch_keys(const ItemArgs& a, int32_t j0, int32_t j1, bool is_v) {
   }
 }
 
-// Cache lines of the K and V rows of keys [j, end) (of every lane group), a few at a time: spread over the
-// work of a chunk, the next chunk's rows arrive without a burst of prefetches waiting for miss buffers.
+// The K (or V) rows of keys [j, end), of every lane group, into the cache a 64-byte line at a time,
+// `steps` calls of step() for all of them: spread over a pass of the kernel, the rows the next pass reads
+// arrive without bursts of prefetches waiting for miss buffers. Lines are counted, not divided out.
 template <class O>
 struct PrefetchCursor {
+  static constexpr int kLine = 64;
   const ItemArgs* a = nullptr;
+  const char* row = nullptr;  // key j's row of group 0
+  int64_t group_stride = 0;
   int32_t j = 0, end = 0;
-  int line = 0, lines = 0;  // of the current key: K lines of each group, then V lines
-  void reset(const ItemArgs& args, int32_t j0, int32_t j1) {
-    a = &args, j = j0, end = j1, line = 0, lines = (args.head_dim + 127) / 128;
+  int g = 0, l = 0, lines = 0, rate = 0;
+  bool is_v = false;
+  void reset(const ItemArgs& args, int32_t j0, int32_t j1, bool v, int steps) {
+    a = &args, j = j0, end = j1, g = 0, l = 0, is_v = v;
+    lines = (args.head_dim + kLine - 1) / kLine;
+    group_stride = v ? args.v_group_stride : args.k_group_stride;
+    const int64_t total = static_cast<int64_t>(j1 - j0) * lines * args.groups;
+    rate = static_cast<int>((total + steps - 1) / (steps > 0 ? steps : 1));
+    if (j < end) row = reinterpret_cast<const char*>(key_row(args.keys, j, v));
   }
-  void step(int n) {
-    for (; n > 0 && j < end; --n) {
-      const int per = lines * a->groups;
-      const bool v = line >= per;
-      const int at = v ? line - per : line, g = at / lines;
-      O::prefetch(reinterpret_cast<const char*>(key_row(a->keys, j, v)) + g * (v ? a->v_group_stride : a->k_group_stride) +
-                  128 * (at % lines));
-      if (++line == 2 * per) line = 0, ++j;
+  void step() {
+    for (int n = rate; n > 0 && j < end; --n) {
+      O::prefetch(row + g * group_stride + kLine * l);
+      if (++l < lines) continue;
+      l = 0;
+      if (++g < a->groups) continue;
+      g = 0;
+      if (++j < end) row = reinterpret_cast<const char*>(key_row(a->keys, j, is_v));
     }
   }
 };
@@ -514,7 +524,6 @@ struct KeysKernel {
   static constexpr int W = O::W;
   static constexpr int kBlocks = kChunk / W;  // key vectors per chunk
   static constexpr int kMaxLanes = 128;
-  static constexpr int kPrefetchStep = 256 / (2 * kBlocks);
 
   static size_t srow(int tile) { return static_cast<size_t>((tile + 1) / kChunk + 1) * kChunk; }
   struct Layout {
@@ -545,10 +554,10 @@ struct KeysKernel {
     float m[kMaxLanes], l[kMaxLanes], tmax[kMaxLanes], alpha[kMaxLanes], msub[kMaxLanes];
     double ltile[kMaxLanes];
     bool nan[kMaxLanes];
-    // The next chunk's rows, prefetched between the microkernels (inside them a prefetch costs registers):
-    // kPrefetchStep lines per packed K^T block, twice that per P·V lane step, a group's 256 lines (D 128)
-    // by the end of its chunk.
-    PrefetchCursor<O> pf;
+    // The next chunk's K rows during this chunk's q·k pass (a share per packed K^T block), its V rows during
+    // this chunk's P·V pass (a share per packed key pair): between the microkernels, as inside them a
+    // prefetch costs registers.
+    PrefetchCursor<O> pfk, pfv;
 
     Item(const ItemArgs& args, const Layout& L)
         : a(args), D(args.head_dim), sr(srow(args.tile)), lpg(args.lanes / args.groups) {
@@ -576,7 +585,7 @@ struct KeysKernel {
           rows[i] = j < ja || j >= c1 ? nullptr : row(g, j, false);
         }
         P::template pack_kt<K>(rows, kt + static_cast<size_t>(kb) * 2 * W, D, static_cast<size_t>(kBlocks) * 2 * W);
-        pf.step(kPrefetchStep);
+        pfk.step();
       }
     }
 
@@ -670,7 +679,6 @@ struct KeysKernel {
     }
     void pv_lanes(int g, int pairs) {
       for (int r0 = g * lpg; r0 < (g + 1) * lpg; r0 += NR) {
-        pf.step(2 * kPrefetchStep);
         const int n = imin(NR, (g + 1) * lpg - r0);
         if (n >= NR) pv<NR>(r0, pairs);
         else if (n == 3) pv<3>(r0, pairs);
@@ -696,7 +704,7 @@ struct KeysKernel {
         for (int32_t c0 = cb; c0 < jb; c0 += kChunk) {
           const int32_t c1 = imin(c0 + kChunk, jb);
           const int nkb = (c1 - c0 + W - 1) / W;
-          pf.reset(a, c1, imin(c1 + kChunk, a.key_end));
+          pfk.reset(a, c1, imin(c1 + kChunk, a.key_end), false, a.groups * nkb);
           for (int g = 0; g < a.groups; ++g) {
             pack_kt(g, c0, c1, ja, nkb);
             qk_lanes(g, c0, c1, cb, nkb);
@@ -719,11 +727,13 @@ struct KeysKernel {
           const int32_t c1 = imin(c0 + kChunk, jb);
           const int nkb = (c1 - c0 + W - 1) / W, pairs = (c1 - c0 + 1) / 2;
           for (int r = 0; r < a.lanes; ++r) probs(r, c0, cb, nkb);
+          pfv.reset(a, c1, imin(c1 + kChunk, a.key_end), true, a.groups * pairs);
           for (int g = 0; g < a.groups; ++g) {
             for (int i = 0; i < pairs; ++i) {
               const int32_t j = c0 + 2 * i;
               pack_v_pair<P, K>(j >= ja ? row(g, j, true) : nullptr, j + 1 < c1 ? row(g, j + 1, true) : nullptr,
                                 vc + static_cast<size_t>(i) * 2 * D, D);
+              pfv.step();
             }
             pv_lanes(g, pairs);
           }
