@@ -28,6 +28,7 @@ import torch
 
 import fp8attn
 
+from .bench import fmt, ideal, rel_err
 from .workload import Workload, llama_batch
 
 FN = torch.float8_e4m3fn
@@ -62,23 +63,6 @@ def read_bandwidth(reps: int) -> float:
     x = torch.ones(1 << 28, dtype=torch.float32)
     t = time_s(lambda: x.sum(), max(reps, 5))
     return x.numel() * 4 / t / 1e9
-
-
-def rel_err(o: torch.Tensor, ref: torch.Tensor) -> float:
-    return float((o.double() - ref).norm() / ref.norm())
-
-
-def ideal(q, k, v, causal, scale, heads=2):
-    """fp64 attention of [B, S, H, D] real tensors for batch 0 and its first `heads` q heads -> [S, heads, D]."""
-    H, Hkv = q.shape[2], k.shape[2]
-    qd = q[0, :, :heads].double().transpose(0, 1)
-    kd = k[0].double().transpose(0, 1).repeat_interleave(H // Hkv, 0)[:heads]
-    vd = v[0].double().transpose(0, 1).repeat_interleave(H // Hkv, 0)[:heads]
-    s = qd @ kd.transpose(1, 2) * scale
-    if causal:
-        Sq, Sk = s.shape[1], s.shape[2]
-        s = s.masked_fill(~torch.ones(Sq, Sk, dtype=torch.bool).tril(Sk - Sq), -math.inf)
-    return (torch.softmax(s, -1) @ vd).transpose(0, 1)
 
 
 def sdpa(qf, kf, vf, causal):
@@ -259,10 +243,6 @@ def environment(peers: list[str], bandwidth: float) -> dict:
         import vllm
         env["vllm"] = vllm.__version__
     return env
-
-
-def fmt(x, nd=1):
-    return "-" if x is None else (f"{x:.{nd}f}" if isinstance(x, float) else str(x))
 
 
 def md_table(columns: list[tuple[str, object]], rows: list[dict]) -> list[str]:

@@ -147,3 +147,18 @@ def fp8_ulp_agreement(a: torch.Tensor, b: torch.Tensor) -> float:
 def rel_l2(a: torch.Tensor, b: torch.Tensor) -> float:
     a, b = a.double(), b.double()
     return ((a - b).norm() / b.norm().clamp_min(1e-30)).item()
+
+
+def kv_args(**over) -> dict:
+    """write_kv_cache's arguments for 3 rows of 2 kv heads x 64 into a 4 x 16 FP8 cache; `over` replaces some."""
+    a = dict(
+        key=torch.randn(3, 2, 64, dtype=torch.bfloat16),
+        value=torch.randn(3, 2, 64, dtype=torch.bfloat16),
+        key_cache=torch.zeros(4, 16, 2, 64, dtype=torch.float8_e4m3fn),
+        value_cache=torch.zeros(4, 16, 2, 64, dtype=torch.float8_e4m3fn),
+        slot_mapping=torch.tensor([0, 1, 2]),
+        k_scale=torch.tensor([0.1]),
+        v_scale=torch.tensor([0.1]),
+    )
+    a.update(over)
+    return a

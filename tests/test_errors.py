@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from cases import make_case
+from cases import kv_args, make_case
 
 import fp8attn
 
@@ -214,23 +214,9 @@ def test_fake_tensors_still_trace():
     torch.testing.assert_close(lse, ref_lse)
 
 
-def _kv_args(**over):
-    a = dict(
-        key=torch.randn(3, 2, 64, dtype=torch.bfloat16),
-        value=torch.randn(3, 2, 64, dtype=torch.bfloat16),
-        key_cache=torch.zeros(4, 16, 2, 64, dtype=torch.float8_e4m3fn),
-        value_cache=torch.zeros(4, 16, 2, 64, dtype=torch.float8_e4m3fn),
-        slot_mapping=torch.tensor([0, 1, 2]),
-        k_scale=torch.tensor([0.1]),
-        v_scale=torch.tensor([0.1]),
-    )
-    a.update(over)
-    return a
-
-
 @pytest.mark.parametrize("name", ["value", "key_cache", "value_cache", "slot_mapping", "k_scale"])
 def test_write_kv_cache_meta_tensor(name):
-    a = _kv_args()
+    a = kv_args()
     a[name] = _meta(a[name])
     with pytest.raises(ValueError, match=f"{name} must be on key's device \\(cpu\\), got meta"):
         fp8attn.write_kv_cache(**a)
@@ -361,7 +347,7 @@ def _cache16():
 ])
 def test_write_kv_cache_overlap(match, over):
     with pytest.raises(ValueError, match=match):
-        fp8attn.write_kv_cache(**_kv_args(**over()))
+        fp8attn.write_kv_cache(**kv_args(**over()))
 
 
 # ---- scales that make the math degenerate (bounds: docs/numerics.md, "Scale bounds")
@@ -401,7 +387,7 @@ def test_fp8_q_descale_is_not_inverted():
 
 def test_write_kv_cache_scale_reciprocal():
     with pytest.raises(ValueError, match="k_scale = .* has no finite float32 reciprocal"):
-        fp8attn.write_kv_cache(**_kv_args(k_scale=torch.tensor([1e-40])))
+        fp8attn.write_kv_cache(**kv_args(k_scale=torch.tensor([1e-40])))
 
 
 def test_kv_tile_scratch_sized_by_keys():

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from cases import kv_args
 
 import fp8attn
 
@@ -61,15 +62,7 @@ def test_write_kv_cache_16bit_cache():
     ],
 )
 def test_write_kv_cache_errors(match, mutate):
-    a = dict(
-        key=torch.randn(3, 2, 64, dtype=torch.bfloat16),
-        value=torch.randn(3, 2, 64, dtype=torch.bfloat16),
-        key_cache=torch.zeros(4, 16, 2, 64, dtype=torch.float8_e4m3fn),
-        value_cache=torch.zeros(4, 16, 2, 64, dtype=torch.float8_e4m3fn),
-        slot_mapping=torch.tensor([0, 1, 2]),
-        k_scale=torch.tensor([0.1]),
-        v_scale=torch.tensor([0.1]),
-    )
+    a = kv_args()
     mutate(a)
     with pytest.raises((ValueError, TypeError), match=match):
         fp8attn.write_kv_cache(**a)
