@@ -182,9 +182,10 @@ def test_h200_kernels(progs) -> None:
     assert choose(c, sq=2048, D=256, causal=True)[0] == "fwd_wgmma_hd256_e4m3fn_band_kv64"
     assert choose(c, sq=2048, window=(100, 0))[0] == "fwd_wgmma_hd128_e4m3fn_band_kv128"
     assert choose(c, sq=2048, kv_tile=64, causal=True)[0] == "fwd_wgmma_hd128_e4m3fn_band_kv64"
-    # kv_tile 128 takes the wgmma kernels for decode shapes too; none at D 256 or off their head dims / kind
+    # kv_tile 128 takes the wgmma kernels for decode shapes too; none off their head dims / kind
     assert choose(c, sq=1, kv_tile=128)[0] == "fwd_wgmma_hd128_e4m3fn_nomask_kv128"
-    for kw in (dict(D=256), dict(D=80), dict(fnuz=True)):
+    assert choose(c, sq=2048, D=256, kv_tile=128, causal=True)[0] == "fwd_wgmma_hd256_e4m3fn_band_kv128"
+    for kw in (dict(D=80), dict(fnuz=True)):
         assert choose(c, sq=100, kv_tile=128, **kw)[0] == "none"
     # the portable pipelines where wgmma has no kernel
     assert choose(c, sq=100, D=80)[0] == "fwd_f16_hd80_e4m3fn_nomask_kv64"

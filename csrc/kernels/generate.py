@@ -86,10 +86,11 @@ PIPELINES = (
              includes=("kernels/fwd/pipeline_decode.h",)),
     # The Hopper warp-specialized pipeline: FP8 wgmma, TMA, persistent blocks (kernel_wgmma.h). The
     # KV tile 128 is its default but for unmasked D 128, whose three-consumer 64-key kernel is
-    # faster; with a mask the 192-row blocks lose more on their diagonal tiles than they gain
-    # (docs/hopper-pipeline.md).
+    # faster (with a mask the 192-row blocks lose more on their diagonal tiles than they gain), and
+    # for D 256, whose 128-key steps run without the S / P.V overlap (docs/hopper-pipeline.md).
     Pipeline("wgmma", "cuda", ("sm90a",), "FwdPolicyNvWgmma<{problem}, {kv}>", "launch_fwd_wgmma<{problem}, {kv}>",
-             _wgmma_rows, head_dims=(64, 128, 256), kinds=("e4m3fn",), kv_tiles={64: (64, 128, 256), 128: (64, 128)},
+             _wgmma_rows, head_dims=(64, 128, 256), kinds=("e4m3fn",),
+             kv_tiles={64: (64, 128, 256), 128: (64, 128, 256)},
              default_tile=lambda d, mask: 64 if d == 256 or (d == 128 and mask == "nomask") else 128,
              includes=("kernels/fwd/kernel_wgmma.h",), sm90a=True, item_counter=True),
     # AMD gfx942 / gfx950: the fp8-operand pipeline on the FP8 MFMA atoms (arch/amd_mfma.h).

@@ -13,6 +13,18 @@ GPU_KV_TILE = DEFAULT_KV_TILE  # every GPU pipeline has it (csrc/kernels/generat
 DEV = "cuda"
 
 
+def built_fp8_kind(fp8) -> bool:
+    """Whether this build has GPU kernels of FP8 kind `fp8` (FP8ATTN_FP8_KINDS), probed at D 128."""
+    q = torch.zeros(1, 1, 1, 128, device=DEV, dtype=fp8)
+    out = torch.empty(1, 1, 1, 128, device=DEV, dtype=torch.bfloat16)
+    try:
+        torch.ops.fp8attn.forward(q, q, q, out, None, None, None, 0, 0, None, 1.0, False, -1, -1, 0.0,
+                                  None, None, None, None, None, False, 0)
+        return True
+    except (ValueError, RuntimeError):
+        return False
+
+
 def built_head_dims():
     """Head dims with a GPU instance in this build (probe each with a tiny call)."""
     dims = []

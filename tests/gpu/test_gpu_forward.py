@@ -310,7 +310,7 @@ def test_large_row_offsets():
     assert not bad and frac >= (WGMMA_MIN_AGREEMENT if is_wgmma(torch.ops.fp8attn.forward_kernel(*op_args)) else 0.999)
 
 
-# ---- 128-key tiles (the Hopper wgmma pipeline at head dims 64 / 128) ----------------------------
+# ---- 128-key tiles (the Hopper wgmma pipeline; at D 256 two 64-key ring tiles per step) ----------
 
 def need_kv128(D):
     need_dim(D)
@@ -321,8 +321,8 @@ def need_kv128(D):
         pytest.skip("no 128-key kernel here (the Hopper wgmma pipeline: sm_90a build on compute capability 9.0)")
 
 
-@pytest.mark.parametrize("D", [64, 128])
-@pytest.mark.parametrize("shape", [(150, 389), (203, 37), (1, 517)])
+@pytest.mark.parametrize("D", [64, 128, 256])
+@pytest.mark.parametrize("shape", [(150, 389), (203, 37), (1, 517), (300, 1000)])
 @pytest.mark.parametrize("mask", list(MASKS))
 @pytest.mark.parametrize("layout", ["dense", "varlen", "paged"])
 def test_kv_tile_128(D, shape, mask, layout):
@@ -332,6 +332,16 @@ def test_kv_tile_128(D, shape, mask, layout):
     Sq, Sk = shape
     args, kw = make_case(layout=layout, D=D, Sq=Sq, Sk=Sk, H=8, Hkv=2, seed=D + Sq + Sk, **MASKS[mask])
     assert kernel_kv_tile(kernel_of(*args, device=DEV, kv_tile=128, **kw)) == 128
+    check_vs_cpu(args, kw, kv_tile=128)
+
+
+@pytest.mark.parametrize("D", [128, 256])
+@pytest.mark.parametrize("causal", [False, True])
+def test_kv_tile_128_items_per_block(D, causal):
+    """More work items than blocks (the persistent blocks take several each): the next item's Q and
+    KV tiles hand over behind the current one's, through one Q buffer at D 256."""
+    need_kv128(D)
+    args, kw = make_case(B=3, Sq=900, Sk=1100, H=16, Hkv=4, D=D, causal=causal, out_dtype=FN, seed=D + causal)
     check_vs_cpu(args, kw, kv_tile=128)
 
 
@@ -390,8 +400,8 @@ def test_rejects_other_kv_tile():
     args, kw = make_case(seed=1)
     with pytest.raises(ValueError, match="kv_tile"):
         call(*args, device=DEV, kv_tile=32, **kw)
-    if 256 in dims():  # no 128-key kernel at D 256 (nor off Hopper)
-        args, kw = make_case(D=256, seed=1)
+    if 80 in dims():  # no 128-key kernel at D 80 (nor anywhere off Hopper)
+        args, kw = make_case(D=80, seed=1)
         with pytest.raises(ValueError, match="kv_tile=128"):
             call(*args, device=DEV, kv_tile=128, **kw)
 

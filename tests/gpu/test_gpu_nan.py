@@ -11,7 +11,7 @@ import pytest
 import torch
 
 sys.path.insert(0, os.path.dirname(__file__))
-from gpu_helpers import DEV, built_head_dims, call, kernel_of, make_case  # noqa: E402
+from gpu_helpers import DEV, built_fp8_kind, built_head_dims, call, kernel_of, make_case  # noqa: E402
 
 FN, FNUZ = torch.float8_e4m3fn, torch.float8_e4m3fnuz
 NAN_CODE = {FN: 0x7F, FNUZ: 0x80}
@@ -45,7 +45,13 @@ def _run(q, k, v, kw):
     return name, out, lse.cpu()
 
 
+def _need_kind(fp8):
+    if not built_fp8_kind(fp8):
+        pytest.skip(f"no {fp8} kernels in this build (FP8ATTN_FP8_KINDS)")
+
+
 def _case(fp8, d, causal, q_dtype=None, Sq=37, Sk=203, out_dtype=torch.bfloat16):
+    _need_kind(fp8)
     if d not in _dims():
         pytest.skip(f"head dim {d} not built")
     return make_case(B=2, Sq=Sq, Sk=Sk, H=4, Hkv=2, D=d, fp8=fp8, q_dtype=q_dtype or fp8, causal=causal,
@@ -120,6 +126,7 @@ def test_nan_decode_split(splits, fp8, monkeypatch):
     split with no NaN does not hide it; other rows stay finite."""
     if 128 not in _dims():
         pytest.skip("head dim 128 not built")
+    _need_kind(fp8)
     (q, k, v), kw = make_case(B=3, Sq=1, Sk=4096, H=8, Hkv=2, D=128, fp8=fp8, q_dtype=fp8, seed=5)
     _poison(k, (2, 3000, 1, 0))
     _poison(q, (0, 0, 5, 1))
@@ -140,6 +147,7 @@ def test_nan_outside_the_sequence_never_read(fp8, monkeypatch):
     lse is NaN."""
     if 128 not in _dims():
         pytest.skip("head dim 128 not built")
+    _need_kind(fp8)
     (q, k, v), kw = make_case(layout="paged", B=2, Sq=16, Sk=300, H=4, Hkv=2, D=128, fp8=fp8, q_dtype=fp8,
                               window=(8, 0), seed=3)
     out, lse = call(q, k, v, device=DEV, **kw)

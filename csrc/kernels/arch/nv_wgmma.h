@@ -119,6 +119,14 @@ FP8ATTN_DEVICE void regs_alloc() {
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegs));
 }
 
+// threadIdx.x read afresh (volatile: not merged with earlier reads), for values the compiler would
+// otherwise keep live, or spill, across a long loop.
+FP8ATTN_DEVICE uint32_t fresh_tid() {
+  uint32_t t;
+  asm volatile("mov.u32 %0, %%tid.x;\n" : "=r"(t));
+  return t;
+}
+
 // ---- warpgroup MMA ------------------------------------------------------------------------
 FP8ATTN_DEVICE void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 FP8ATTN_DEVICE void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }

@@ -69,21 +69,34 @@ __global__ void __launch_bounds__(Policy::kThreads, 1) fwd_kernel_wgmma(const __
     prod.finish(smem, bars);
   } else {
     if constexpr (Policy::kConsumerRegs > 0) nv::regs_alloc<Policy::kConsumerRegs>();
-    const int warp = threadIdx.x / 32 - 4, lane = threadIdx.x % 32;
+    int warp = threadIdx.x / 32 - 4, lane = threadIdx.x % 32;
     typename Epilogue::Scalars sc = Epilogue::kernel_scalars(p);
     const typename Policy::PQuant pq{1.f / sc.p_scale};
     typename Pipe::Consumer cons(warp / 4, smem);
     const int32_t nx = static_cast<int32_t>(p.div_items.d);
     for (int32_t item; (item = cons.next_item(bars)) >= 0;) {
       BlockCtx c;
-      const int32_t split = p.div_items.div(item);
-      make_block<Problem, Policy>(p, item - split * nx, split, c);  // (the producer publishes no empty item)
-      sc.v_descale = v_descale_of(p, c);  // used after the KV loop: its load latency is hidden
       ThreadRows<typename Policy::Tile> tr;
-      tr.init(p, c, warp, lane);
+      const auto block = [&]() {
+        const int32_t split = p.div_items.div(item);
+        make_block<Problem, Policy>(p, item - split * nx, split, c);  // (the producer publishes no empty item)
+        sc.v_descale = v_descale_of(p, c);  // used after the KV loop: its load latency is hidden
+        tr.init(p, c, warp, lane);
+      };
+      block();
       FwdState<Policy> st;
       init_state(st);
       cons.item(p, c, tr, pq, smem, bars, st);
+      if constexpr (Policy::kSlots > 1) {
+        // (D 256, 128-key steps) The block, rows and thread indices computed again for the epilogue,
+        // from an opaque item index and a fresh thread-index read (the compiler cannot reuse the
+        // first ones): live across the KV loop they spilled the consumers' registers.
+        asm volatile("" : "+r"(item));
+        const uint32_t tid = nv::fresh_tid();
+        warp = static_cast<int>(tid / 32) - 4;
+        lane = static_cast<int>(tid % 32);
+        block();
+      }
       if (Epilogue::staged(p))
         Epilogue::store(p, c, tr, st, sc, Pipe::q_buf(smem, cons.qs), warp / 4, warp, lane);
       else
@@ -96,7 +109,7 @@ __global__ void __launch_bounds__(Policy::kThreads, 1) fwd_kernel_wgmma(const __
 }
 
 // The K and V tensor maps of a dense or varlen call (pipeline_wgmma.h, load_kv_tma): boxes of kSw
-// bytes of d x 1 kv head x kBlockN keys, in K's swizzle. None for paged KV or a layout TMA does not
+// bytes of d x 1 kv head x kRingN keys, in K's swizzle. None for paged KV or a layout TMA does not
 // allow (unaligned strides, varlen rows unknown): every tile then takes cp.async.
 template <class Policy>
 bool encode_kv_maps(FwdParams& q) {
@@ -106,12 +119,12 @@ bool encode_kv_maps(FwdParams& q) {
     if (q.cu_seqlens_k) {
       const int64_t dims[3] = {q.head_dim, q.num_heads_k, q.total_k};
       const int64_t strides[2] = {head, row};
-      const int box[3] = {Policy::kSw, 1, Policy::kBlockN};
+      const int box[3] = {Policy::kSw, 1, Policy::kRingN};
       return nv::encode_tiled_map(map, base, 3, dims, strides, box, sw);
     }
     const int64_t dims[4] = {q.head_dim, q.num_heads_k, q.seqlen_k, q.batch};
     const int64_t strides[3] = {head, row, batch};
-    const int box[4] = {Policy::kSw, 1, Policy::kBlockN, 1};
+    const int box[4] = {Policy::kSw, 1, Policy::kRingN, 1};
     return nv::encode_tiled_map(map, base, 4, dims, strides, box, sw);
   };
   return encode(q.k_tmap, q.k, q.k_head_stride, q.k_row_stride, q.k_batch_stride) &&

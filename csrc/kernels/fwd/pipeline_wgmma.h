@@ -1,20 +1,25 @@
 // The Hopper warp-specialized Pipeline (sm_90a): the same KV loop and quantization points as the
 // portable pipelines (see pipeline.h), with FP8 wgmma for all products. A persistent block runs
-// the work items the kernel hands it; tiles are numbered globally (g) over the block's items, so
-// the ring of kStages slots and its barrier phases run on across items.
+// the work items the kernel hands it; ring tiles are numbered globally (g) over the block's items,
+// so the ring of kStages slots and its barrier phases run on across items. A consumer step of
+// kBlockN keys reads kSlots consecutive ring tiles of kRingN keys (2 at D 256 with 128-key steps, 1
+// otherwise).
 //
-// Producer warpgroup (128 threads), per work item: Q -> Q[item % 2] (after the consumers released
-// that buffer), then per KV tile g (slot g % kStages): wait until the consumers released the
-// slot, then K -> K[slot] and V -> Vraw[slot] (both in K's swizzle): a whole tile of a dense or
-// varlen layout by TMA boxes of one thread (K completes k_full and V v_land by their bytes), else
-// (paged, or the tail tile, whose keys past k_len must read as zeros) by every thread's cp.async.
-// kStages - 2 tiles later (and at item boundaries) it finalizes tile g: once V has landed (v_land,
-// or each thread's copies, fence.proxy.async, arrive k_full and a named barrier), transpose
-// Vraw -> Vt (ldmatrix .trans, byte permutes, stmatrix), fence, arrive v_full.
-// Consumer warpgroup w (64 packed rows, 4 warps x 16), per tile: wait k_full; S = Q.K^T (m64nNk32,
-// N = kBlockN, Q and K from shared memory); logits, mask, online softmax, p8 = sat(p / p_scale) packed straight
-// into the A fragments of P.V; wait v_full; O += P8.Vt and l += P8.1 (P from registers); arrive
-// empty. After its last tile it stores the item's rows (the Epilogue) and then releases Q.
+// Producer warpgroup (128 threads), per work item: Q -> Q[item % kQBuffers] (after the consumers
+// released that buffer; with one buffer after the item's first step of tiles), then per ring tile g
+// (slot g % kStages): wait until the consumers released the slot, then K -> K[slot] and V ->
+// Vraw[slot] (both in K's swizzle): a whole tile of a dense or varlen layout by TMA boxes of one
+// thread (K completes k_full and V v_land by their bytes), else (paged, or the tail tile, whose keys
+// past k_len must read as zeros) by every thread's cp.async. About a step later (make_room: before
+// the consumers' release of the slots it refills depends on it; and at item boundaries) it
+// finalizes tile g: once V has landed (v_land, or each thread's copies, fence.proxy.async, arrive
+// k_full and a named barrier), transpose Vraw -> Vt (ldmatrix .trans, byte permutes, stmatrix),
+// fence, arrive v_full.
+// Consumer warpgroup w (64 packed rows, 4 warps x 16), per step: wait k_full; S = Q.K^T (m64nNk32,
+// N = kBlockN, Q and K from shared memory); logits, mask, online softmax, p8 = sat(p / p_scale)
+// packed into the A fragments of P.V; wait v_full; O += P8.Vt and l += P8.1 (P from registers);
+// arrive empty. S of step i + 1 is issued with P.V of step i (Policy::kOverlap; else one after the
+// other). After its last step it stores the item's rows (the Epilogue) and then releases Q.
 // S's accumulator gives lane (g, t) keys 8j + 2t + {0, 1}; the P.V A fragment wants a lane's four
 // bytes at consecutive k. So the k order of P.V is permuted: k position v = 16h + 4t' + b of a
 // 32-key step holds key 16h + 8(b >> 1) + 2t' + (b & 1) -- what lane t' already has -- and the
@@ -35,7 +40,9 @@ namespace fp8attn {
 template <class Problem, class Policy>
 struct FwdPipelineNvWgmma {
   static constexpr int kD = Policy::kD;
-  static constexpr int kBN = Policy::kBlockN;
+  static constexpr int kBN = Policy::kBlockN;  // keys of a consumer step
+  static constexpr int kRN = Policy::kRingN;   // keys of a ring tile
+  static constexpr int kSlots = Policy::kSlots;
   static constexpr int kStages = Policy::kStages;
   static constexpr int kSElems = kBN / 2;  // S accumulators per thread (two rows x kBN / 4 keys)
   static constexpr int kPWords = kBN / 8;  // P8 A-fragment registers per thread (4 per 32-key step)
@@ -54,8 +61,11 @@ struct FwdPipelineNvWgmma {
   static constexpr int kConsumerThreads = 128 * Policy::kConsumers;
   static_assert(sizeof(Barriers) <= Policy::kBarBytes, "the policy reserves the barriers' bytes");
 
-  FP8ATTN_DEVICE static uint8_t* q_buf(uint8_t* smem, int i) { return smem + Policy::kOffQ + i * Policy::kQBytes; }
-  FP8ATTN_DEVICE static uint8_t* k_buf(uint8_t* smem, int s) { return smem + Policy::kOffK + s * Policy::kKBytes; }
+  FP8ATTN_DEVICE static uint8_t* q_buf(uint8_t* smem, int i) {
+    return smem + Policy::kOffQ + (Policy::kQBuffers == 1 ? 0 : i * Policy::kQBytes);
+  }
+  // Byte `col` of K row `row` of ring slot s, in the ring's one K tile.
+  FP8ATTN_HD static int k_offset(int s, int row, int col) { return QK::offset(Policy::kKRows, kRN * s + row, col); }
   FP8ATTN_DEVICE static uint8_t* vt_buf(uint8_t* smem, int s) { return smem + Policy::kOffVt + s * Policy::kVtBytes; }
   FP8ATTN_DEVICE static uint8_t* vraw_buf(uint8_t* smem, int s) {
     return smem + Policy::kOffVraw + s * Policy::kVrawBytes;
@@ -86,22 +96,22 @@ struct FwdPipelineNvWgmma {
   // ---- producer --------------------------------------------------------------------------------
   // Vraw in K's swizzle: the 8 rows of a transpose matrix (8 consecutive keys, one 16-byte column)
   // sit in 8 distinct bank groups.
-  FP8ATTN_HD static int vraw_offset(int key, int chunk) { return QK::offset(kBN, key, 16 * chunk); }
+  FP8ATTN_HD static int vraw_offset(int key, int chunk) { return QK::offset(kRN, key, 16 * chunk); }
 
   // Per-thread copy assignment, the same for every tile (computed once).
-  static constexpr int kLoadRows = kBN * Policy::kChunks / 128;  // K (and V) rows one producer thread copies
+  static constexpr int kLoadRows = kRN * Policy::kChunks / 128;  // K (and V) rows one producer thread copies
 
   struct Producer {
     int ptid;    // 0..127
-    int g = 0;   // tiles issued so far (all items)
-    int fz = 0;  // tiles finalized so far
+    int g = 0;   // ring tiles issued so far (all items)
+    int fz = 0;  // ring tiles finalized so far
     int qn = 0;  // work items started so far
     // bit s: slot s holds a TMA-loaded tile; bit 8 + s: the parity of slot s's next v_land phase
     uint32_t slots = 0;
     // copies: thread copies chunk ch of rows row0 + k * kRowStep (k < kLoadRows) of K and V
     int ch, row0;
     static constexpr int kRowStep = 128 / Policy::kChunks;
-    // The V transpose, per warp w and step (i, b) (i < kBN / 64, b < kD / 32): ldmatrix .trans of
+    // The V transpose, per warp w and step (i, b) (i < kRN / 64, b < kD / 32): ldmatrix .trans of
     // keys 16(w + 4i) .. +15 (16-key group h) x d 32b .. 32b + 31, as four 8 x 8 b16 matrices
     // (keys 0-7 / 8-15 of the group x d 32b.. / 32b + 16..): lane t then holds, per 16-d half, keys
     // 2(t % 4), +1 of both key halves at d pairs 2(t / 4), +1 -- after one byte permute per d, the
@@ -110,7 +120,7 @@ struct FwdPipelineNvWgmma {
     // m row r is d = 32b + 16(m / 2) + 2r + p (p: the d parity; rows r < 4 take even d in even m),
     // so each matrix's rows cover all 8 bank groups of the 64B swizzle. ld / st: the lane's row
     // shared-window address at step (0, 0) in slot 0's Vraw / Vt (slots add kVrawBytes / kVtBytes;
-    // Vt steps 64 kD i + 2048 b, Vraw steps 64 kSw i + kBN kSw (b / bs) as immediates and, inside
+    // Vt steps 64 kD i + 2048 b, Vraw steps 64 kSw i + kRN kSw (b / bs) as immediates and, inside
     // a swizzle row of bs = kSw / 32 steps, XOR 32 (b % bs): the swizzle XORs the 16-byte column
     // with the key's row bits, and column (m / 2) + 2b has b in its upper bits; whole addresses, so
     // that no second copy of them stays live for the drain); sel_lo / sel_hi: the byte permutes of
@@ -166,11 +176,12 @@ struct FwdPipelineNvWgmma {
       }
     }
 
-    // cp.async of KV tile `tile` of the item (keys at or past k_len zero-filled, never read). Paged:
+    // cp.async of ring tile `tile` of the item into slot s (keys at or past k_len zero-filled, never read). Paged:
     // every row's table entry is loaded (unconditionally: the last key stands in for those past
     // k_len) before any copy is issued -- one memory round trip per tile; with each copy after its
     // own entry, the SASS waited for the entries one by one.
-    FP8ATTN_DEVICE void load_kv(const FwdParams& p, const BlockCtx& c, int tile, uint8_t* sK, uint8_t* sVraw) const {
+    FP8ATTN_DEVICE void load_kv(const FwdParams& p, const BlockCtx& c, int tile, uint8_t* smem, int s) const {
+      uint8_t* sVraw = vraw_buf(smem, s);
       // (the chunk's byte offset unsigned: a signed one costs a 64-bit register pair, which spilled
       // the D = 256 producer)
       const uint32_t cb = 16u * static_cast<uint32_t>(ch);
@@ -178,8 +189,8 @@ struct FwdPipelineNvWgmma {
       const uint8_t* vbase = static_cast<const uint8_t*>(p.v) + static_cast<int64_t>(c.hkv) * p.v_head_stride + cb;
       const auto copy = [&](int k, int64_t koff, int64_t voff) {
         const int r = row0 + k * kRowStep;
-        const bool ok = tile * kBN + r < c.seq.k_len;
-        nv::cp_async_16(sK + QK::offset(kBN, r, 16 * ch), kbase + koff, ok);
+        const bool ok = tile * kRN + r < c.seq.k_len;
+        nv::cp_async_16(smem + Policy::kOffK + k_offset(s, r, 16 * ch), kbase + koff, ok);
         nv::cp_async_16(sVraw + vraw_offset(r, ch), vbase + voff, ok);
       };
       if (c.seq.blocks) {
@@ -190,7 +201,7 @@ struct FwdPipelineNvWgmma {
           int32_t blk[kGroup], row[kGroup];
 #pragma unroll
           for (int k = 0; k < kGroup; ++k) {
-            const int32_t key = min(tile * kBN + row0 + (k0 + k) * kRowStep, c.seq.k_len - 1);
+            const int32_t key = min(tile * kRN + row0 + (k0 + k) * kRowStep, c.seq.k_len - 1);
             blk[k] = c.seq.blocks[key / p.page_block_size];
             row[k] = key % p.page_block_size;
           }
@@ -201,7 +212,7 @@ struct FwdPipelineNvWgmma {
       } else {
 #pragma unroll
         for (int k = 0; k < kLoadRows; ++k) {
-          const int32_t key = tile * kBN + row0 + k * kRowStep;
+          const int32_t key = tile * kRN + row0 + k * kRowStep;
           const bool ok = key < c.seq.k_len;
           copy(k, ok ? c.seq.key_offset(p, key, false) : 0, ok ? c.seq.key_offset(p, key, true) : 0);
         }
@@ -212,20 +223,22 @@ struct FwdPipelineNvWgmma {
     // one box per kSw-byte column block of K and of V, into the swizzle of K's tile; the
     // issuing thread's arrivals expect the bytes (k_full also counts the other producers'
     // arrivals, v_land only this one).
-    FP8ATTN_DEVICE void load_kv_tma(const FwdParams& p, const BlockCtx& c, int tile, uint8_t* sK, uint8_t* sVraw,
+    FP8ATTN_DEVICE void load_kv_tma(const FwdParams& p, const BlockCtx& c, int tile, uint8_t* smem, int s,
                                     uint64_t* kbar, uint64_t* vbar) const {
       constexpr int kSw = Policy::kSw;
-      const int32_t row = (p.cu_seqlens_k ? p.cu_seqlens_k[c.b] : 0) + tile * kBN;
+      uint8_t* sK = smem + Policy::kOffK + k_offset(s, 0, 0);
+      uint8_t* sVraw = vraw_buf(smem, s);
+      const int32_t row = (p.cu_seqlens_k ? p.cu_seqlens_k[c.b] : 0) + tile * kRN;
       nv::mbar_arrive_expect_tx(kbar, Policy::kKBytes);
       nv::mbar_arrive_expect_tx(vbar, Policy::kVrawBytes);
 #pragma unroll
       for (int cb = 0; cb < kD / kSw; ++cb) {
         if (p.cu_seqlens_k) {
-          nv::tma_load_3d(sK + cb * kBN * kSw, p.k_tmap, cb * kSw, c.hkv, row, kbar);
-          nv::tma_load_3d(sVraw + cb * kBN * kSw, p.v_tmap, cb * kSw, c.hkv, row, vbar);
+          nv::tma_load_3d(sK + cb * Policy::kKRows * kSw, p.k_tmap, cb * kSw, c.hkv, row, kbar);
+          nv::tma_load_3d(sVraw + cb * kRN * kSw, p.v_tmap, cb * kSw, c.hkv, row, vbar);
         } else {
-          nv::tma_load_4d(sK + cb * kBN * kSw, p.k_tmap, cb * kSw, c.hkv, row, c.b, kbar);
-          nv::tma_load_4d(sVraw + cb * kBN * kSw, p.v_tmap, cb * kSw, c.hkv, row, c.b, vbar);
+          nv::tma_load_4d(sK + cb * Policy::kKRows * kSw, p.k_tmap, cb * kSw, c.hkv, row, c.b, kbar);
+          nv::tma_load_4d(sVraw + cb * kRN * kSw, p.v_tmap, cb * kSw, c.hkv, row, c.b, vbar);
         }
       }
     }
@@ -244,9 +257,9 @@ struct FwdPipelineNvWgmma {
 #pragma unroll
         for (int b = bx; b < kD / 32; b += bs) {
 #pragma unroll
-          for (int i = 0; i < kBN / 64; ++i) {
+          for (int i = 0; i < kRN / 64; ++i) {
             uint32_t in[4];
-            nv::ldmatrix_x4_trans(in, src + 64 * i * Policy::kSw + kBN * Policy::kSw * (b / bs));
+            nv::ldmatrix_x4_trans(in, src + 64 * i * Policy::kSw + kRN * Policy::kSw * (b / bs));
             const uint32_t out[4] = {__byte_perm(in[0], in[1], sel_lo), __byte_perm(in[0], in[1], sel_hi),
                                      __byte_perm(in[2], in[3], sel_lo), __byte_perm(in[2], in[3], sel_hi)};
             nv::stmatrix_x4(vt + 64 * kD * i + 2048 * b, out);
@@ -256,11 +269,11 @@ struct FwdPipelineNvWgmma {
 #endif
     }
 
-    // Tile `fz` is complete once at most kPending later copy groups are in flight.
+    // Ring tile `fz` is complete once at most kPending later copy groups are in flight.
     template <int kPending>
-    FP8ATTN_DEVICE void finalize(uint8_t* smem, Barriers* bars) {
+    FP8ATTN_DEVICE void finalize(Barriers* bars) {
       const int s = fz % kStages;
-      if (Policy::kTmaKV && (slots >> s & 1)) {  // TMA: K completed k_full by its bytes
+      if (tma_slot(s)) {  // TMA: K completed k_full by its bytes
         nv::mbar_wait(&bars->v_land[s], (slots >> (8 + s)) & 1);
         slots ^= 1u << (8 + s);
         FP8ATTN_TRACE(kTraceProducerLanded);
@@ -280,8 +293,28 @@ struct FwdPipelineNvWgmma {
       FP8ATTN_TRACE(kTraceProducerFinalized);
       ++fz;
     }
-    FP8ATTN_DEVICE void drain(uint8_t* smem, Barriers* bars) {
-      while (fz < g) finalize<0>(smem, bars);
+    FP8ATTN_DEVICE bool tma_slot(int s) const { return Policy::kTmaKV && (slots >> s & 1); }
+    FP8ATTN_DEVICE void drain(Barriers* bars) {
+      while (fz < g) finalize<0>(bars);
+    }
+    // Before ring tile g (the first of a step) is issued: the consumers release the slots it refills
+    // (those of the step kStages / kSlots before) once they have that step's V (v_full: finalized) and
+    // the next step's K (k_full: its bytes for a TMA tile, finalize for a cp.async one). One-tile
+    // steps finalize tile g - kStages + 1 in any case (kStages - 2 copy groups after it in flight).
+    // Two-tile steps: make_room ran two tiles ago, so fz >= g - kStages and tile fz has g - fz - 1
+    // groups after it. The ring protocol model: tests/test_wgmma_ring_protocol.py.
+    FP8ATTN_DEVICE void make_room(Barriers* bars) {
+      if constexpr (kSlots == 1) {
+        if (g - fz >= kStages - 1) finalize<kStages - 2>(bars);
+      } else {
+        static_assert(kSlots == 2 && kStages == 4, "two-tile steps: a ring of two steps");
+        if (fz == g - 4) finalize<3>(bars);
+        if (fz == g - 3) finalize<2>(bars);
+        if ((fz == g - 2 && !tma_slot((g - 2) % kStages)) || (fz <= g - 1 && !tma_slot((g - 1) % kStages))) {
+          if (fz == g - 2) finalize<1>(bars);
+          if (fz == g - 1) finalize<0>(bars);
+        }
+      }
     }
 
     // Item `index` to the consumers (-1: none left): its Q buffer and index slot are free once they
@@ -296,44 +329,53 @@ struct FwdPipelineNvWgmma {
     }
     // After the last item: its tiles, then the end mark.
     FP8ATTN_DEVICE void finish(uint8_t* smem, Barriers* bars) {
-      drain(smem, bars);
+      drain(bars);
       publish(bars, -1);
     }
 
-    FP8ATTN_DEVICE void item(const FwdParams& p, const BlockCtx& c, int32_t index, uint8_t* smem, Barriers* bars) {
-      // Finish the previous item's tiles first: the consumers release Q only after their last one.
-      FP8ATTN_TRACE(kTraceProducerItem);
-      drain(smem, bars);
-      FP8ATTN_TRACE(kTraceProducerDrained);
+    // The item's Q. With one Q buffer, once the consumers released the previous item's (after its
+    // epilogue, which stages the output there): the item's first step of KV tiles is issued before.
+    FP8ATTN_DEVICE void load_item_q(const FwdParams& p, const BlockCtx& c, uint8_t* smem, Barriers* bars) {
       const int qs = qn & 1;
-      publish(bars, index);
+      if (Policy::kQBuffers == 1 && qn >= 1) nv::mbar_wait(&bars->q_empty[qs ^ 1], ((qn - 1) >> 1) & 1);
       load_q(p, c, q_buf(smem, qs));
       nv::fence_proxy_async();
       nv::mbar_arrive(&bars->q_full[qs]);
       FP8ATTN_TRACE(kTraceProducerQ);
       ++qn;
+    }
+
+    FP8ATTN_DEVICE void item(const FwdParams& p, const BlockCtx& c, int32_t index, uint8_t* smem, Barriers* bars) {
+      // Finish the previous item's tiles first: the consumers release Q only after their last one.
+      FP8ATTN_TRACE(kTraceProducerItem);
+      drain(bars);
+      FP8ATTN_TRACE(kTraceProducerDrained);
+      publish(bars, index);
+      if (Policy::kQBuffers == 2) load_item_q(p, c, smem, bars);
+      const int t0 = kSlots * c.tile_begin, t1 = kSlots * c.tile_end;  // the item's ring tiles
 #pragma unroll 1
-      for (int tile = c.tile_begin; tile < c.tile_end; ++tile) {
-        if (g - fz >= kStages - 1) finalize<kStages - 2>(smem, bars);
+      for (int tile = t0; tile < t1; ++tile) {
+        if (Policy::kQBuffers == 1 && tile == t0 + kSlots) load_item_q(p, c, smem, bars);
+        if (g % kSlots == 0) make_room(bars);
         const int s = g % kStages;
         FP8ATTN_TRACE(kTraceProducerSlotWait);
         if (g >= kStages) nv::mbar_wait(&bars->empty[s], ((g / kStages) - 1) & 1);
         FP8ATTN_TRACE(kTraceProducerSlotGo);
-        if (Policy::kTmaKV && p.kv_tma && (tile + 1) * kBN <= c.seq.k_len) {
+        if (Policy::kTmaKV && p.kv_tma && (tile + 1) * kRN <= c.seq.k_len) {
           if (ptid == 0)
-            load_kv_tma(p, c, tile, k_buf(smem, s), vraw_buf(smem, s), &bars->k_full[s],
-                        &bars->v_land[s]);
+            load_kv_tma(p, c, tile, smem, s, &bars->k_full[s], &bars->v_land[s]);
           else
             nv::mbar_arrive(&bars->k_full[s]);
           slots |= 1u << s;
         } else {
-          load_kv(p, c, tile, k_buf(smem, s), vraw_buf(smem, s));
+          load_kv(p, c, tile, smem, s);
           slots &= ~(1u << s);
         }
-        nv::cp_async_commit();  // (empty for a TMA tile: the groups stay one per tile)
+        nv::cp_async_commit();  // (empty for a TMA tile: the groups stay one per ring tile)
         FP8ATTN_TRACE(kTraceProducerCopied);
         ++g;
       }
+      if (Policy::kQBuffers == 1 && t1 - t0 <= kSlots) load_item_q(p, c, smem, bars);
       FP8ATTN_TRACE(kTraceProducerIssued);
     }
   };
@@ -414,7 +456,7 @@ struct FwdPipelineNvWgmma {
 
   struct Consumer {
     int wg;      // consumer warpgroup: rows 64 * wg .. of the block
-    int g = 0;   // tiles consumed so far (all items)
+    int g = 0;   // ring tiles consumed so far (all items)
     int qn = 0;  // work items started so far
     int qs = 0;  // the current item's Q buffer
 
@@ -423,7 +465,7 @@ struct FwdPipelineNvWgmma {
     uint64_t dk0, dvt0, dones;
     FP8ATTN_DEVICE Consumer(int w, uint8_t* smem)
         : wg(w),
-          dk0(QK::desc(k_buf(smem, 0), kBN, 0, 0)),
+          dk0(QK::desc(smem + Policy::kOffK, Policy::kKRows, 0, 0)),
           dvt0(VT::desc(vt_buf(smem, 0), kD, 0, 0)),
           dones(VT::desc(smem + Policy::kOffOnes, 8, 0, 0)) {
       // Opaque to the compiler: otherwise ptxas rematerializes them from the shared window's base
@@ -435,20 +477,41 @@ struct FwdPipelineNvWgmma {
       return (32 * ks / Policy::kSw) * rows * Policy::kSw + (32 * ks) % Policy::kSw;
     }
 
-    // Issues S = Q.K^T of the tile in `slot` (asynchronous: one commit group).
+    // Issues S = Q.K^T of the step in slots `slot` .. (asynchronous: one commit group).
     FP8ATTN_DEVICE void issue_qk(float (&s)[kSElems], uint64_t dq, int slot) const {
-      const uint64_t dk = dk0 + ((slot * Policy::kKBytes) >> 4);
+      const uint64_t dk = dk0 + ((slot * kRN * Policy::kSw) >> 4);
       // The first k step overwrites s without reading it, so the softmax may rewrite s in place
       // while other wgmmas are in flight.
       nv::Wgmma<kBN>::ss_first(s, dq, dk);
 #pragma unroll
       for (int ks = 1; ks < kD / 32; ++ks)
-        nv::Wgmma<kBN>::ss(s, dq + (qk_step(Policy::kBlockM, ks) >> 4), dk + (qk_step(kBN, ks) >> 4), 1);
+        nv::Wgmma<kBN>::ss(s, dq + (qk_step(Policy::kBlockM, ks) >> 4), dk + (qk_step(Policy::kKRows, ks) >> 4), 1);
       nv::wgmma_commit();
     }
-    // B of P.V's 32-key step kk in ring slot `slot`: the Vt tile's descriptor.
+    // B of P.V's 32-key step kk of the step in slots `slot` ..: a Vt tile's descriptor.
     FP8ATTN_DEVICE uint64_t vt_desc(int slot, int kk) const {
-      return dvt0 + ((slot * Policy::kVtBytes) >> 4) + (VT::offset(kD, 0, 32 * kk) >> 4);
+      constexpr int kSteps = kRN / 32;  // k32 steps per ring tile
+      return dvt0 + (((slot + kk / kSteps) * Policy::kVtBytes) >> 4) + (VT::offset(kD, 0, 32 * (kk % kSteps)) >> 4);
+    }
+    // The step's ring slots s .. s + kSlots - 1 (a step never wraps: kStages % kSlots == 0).
+    FP8ATTN_DEVICE static void wait_slots(uint64_t* bar, int s, uint32_t phase) {
+      if constexpr (kSlots == 1)
+        nv::mbar_wait(&bar[s], phase);
+      else
+        nv::mbar_wait2(&bar[s], phase, &bar[s + 1], phase);
+    }
+    // k_full of the next step and v_full of this one, all tested before one branch where they are two.
+    FP8ATTN_DEVICE static void wait_step(Barriers* bars, int nslot, uint32_t nphase, int slot, uint32_t phase) {
+      if constexpr (kSlots == 1) {
+        nv::mbar_wait2(&bars->k_full[nslot], nphase, &bars->v_full[slot], phase);
+      } else {
+        wait_slots(bars->k_full, nslot, nphase);
+        wait_slots(bars->v_full, slot, phase);
+      }
+    }
+    FP8ATTN_DEVICE static void release(Barriers* bars, int slot) {
+#pragma unroll
+      for (int i = 0; i < kSlots; ++i) nv::mbar_arrive(&bars->empty[slot + i]);
     }
     // Issues acc += P8.Vt and lt = P8.1 (this tile's row sums, promoted to fp32 by the caller:
     // the FP8 tensor cores' sums are not fp32-exact, so l must not accumulate there over all tiles).
@@ -493,12 +556,40 @@ struct FwdPipelineNvWgmma {
       nv::mbar_wait(&bars->q_full[qs], (qn >> 1) & 1);
       FP8ATTN_TRACE(kTraceConsumerQ);
       ++qn;
-      if (c.tile_begin < c.tile_end) {
+      if (!Policy::kOverlap) {
+        // One step after the other (the consumer warpgroups overlap each other's): S, softmax, P.V.
+#pragma unroll 1
+        for (int tile = c.tile_begin; tile < c.tile_end; ++tile) {
+          uint32_t pa[kPWords];
+          float alpha[2];
+          const int slot = g % kStages;
+          const uint32_t phase = (g / kStages) & 1;
+          wait_slots(bars->k_full, slot, phase);
+          nv::fence_operands(acc);
+          nv::wgmma_fence();
+          issue_qk(s, dq, slot);
+          nv::wgmma_wait<0>();
+          softmax(s, tile, need_mask(tile), keys, tr.logits, pq, t, st, alpha, pa);
+          rescale(alpha, st);
+          wait_slots(bars->v_full, slot, phase);
+          nv::fence_operands(acc);
+          nv::fence_operands(pa);
+          nv::wgmma_fence();
+          issue_pv(acc, lt, pa, slot);
+          nv::wgmma_wait<0>();
+          nv::fence_operands(acc);
+          nv::fence_operands(pa);
+          release(bars, slot);
+          st.l[0] += lt[0];
+          st.l[1] += lt[2];
+          g += kSlots;
+        }
+      } else if (c.tile_begin < c.tile_end) {
         uint32_t pa[kPWords];
         float alpha[2];
         int slot = g % kStages;
         uint32_t phase = (g / kStages) & 1;
-        nv::mbar_wait(&bars->k_full[slot], phase);
+        wait_slots(bars->k_full, slot, phase);
         FP8ATTN_TRACE(kTraceConsumerFirstK);
         nv::wgmma_fence();
         issue_qk(s, dq, slot);
@@ -507,12 +598,12 @@ struct FwdPipelineNvWgmma {
         // (acc and l are 0: no rescale before the first tile)
 #pragma unroll 1
         for (int tile = c.tile_begin + 1; tile < c.tile_end; ++tile) {
-          const int nslot = (g + 1) % kStages;
-          const uint32_t nphase = ((g + 1) / kStages) & 1;
+          const int nslot = (g + kSlots) % kStages;
+          const uint32_t nphase = ((g + kSlots) / kStages) & 1;
           // Both waits come before the fence: a branch (the mbarrier spin) inside the stage
           // between wgmma.fence and the last wgmma makes ptxas serialize every wgmma (C7519/C7513).
           FP8ATTN_TRACE(kTraceConsumerStepWait);
-          nv::mbar_wait2(&bars->k_full[nslot], nphase, &bars->v_full[slot], phase);
+          wait_step(bars, nslot, nphase, slot, phase);
           FP8ATTN_TRACE(kTraceConsumerStepGo);
           nv::fence_operands(acc);
           nv::fence_operands(pa);
@@ -530,26 +621,26 @@ struct FwdPipelineNvWgmma {
           nv::wgmma_wait<0>();
           FP8ATTN_TRACE(kTraceConsumerStepDone);
           nv::fence_operands(pa);  // read by P.V until here: pn must not share its registers
-          nv::mbar_arrive(&bars->empty[slot]);
+          release(bars, slot);
           st.l[0] += lt[0];
           st.l[1] += lt[2];
           rescale(alpha, st);
 #pragma unroll
           for (int w = 0; w < kPWords; ++w) pa[w] = pn[w];
-          ++g;
+          g += kSlots;
           slot = nslot;
           phase = nphase;
         }
-        nv::mbar_wait(&bars->v_full[slot], phase);
+        wait_slots(bars->v_full, slot, phase);
         nv::fence_operands(acc);
         nv::fence_operands(pa);
         nv::wgmma_fence();  // acc and P8 were last written by the CUDA cores
         issue_pv(acc, lt, pa, slot);
         nv::wgmma_wait<0>();
-        nv::mbar_arrive(&bars->empty[slot]);
+        release(bars, slot);
         st.l[0] += lt[0];
         st.l[1] += lt[2];
-        ++g;
+        g += kSlots;
       }
       FP8ATTN_TRACE(kTraceConsumerLoopDone);
       st.l[0] = quad_share(st.l[0]);  // (every lane of a quad holds the whole row sum)
