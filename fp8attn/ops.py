@@ -146,7 +146,7 @@ def forward(
       return_softmax_lse: also return the natural-log LSE, float32 ``[B, H, Sq]`` (dense) or ``[H, T]``.
       kv_tile: keys per online-softmax tile, i.e. how often the running max (the reference P is
         quantized against) is updated. 0 takes the implementation's default: 128 on the Hopper wgmma
-        kernels (head dims 64 / 128), 64 elsewhere. The CPU takes any value up to 128 (the widest
+        kernels at head dims 64 / 128 (but unmasked 128), 64 elsewhere. The CPU takes any value up to 128 (the widest
         tile of any implementation); CUDA / HIP take 64, and 128 where the Hopper wgmma kernels run.
 
     Returns:
