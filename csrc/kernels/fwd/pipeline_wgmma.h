@@ -479,7 +479,7 @@ struct FwdPipelineNvWgmma {
 
     // Issues S = Q.K^T of the step in slots `slot` .. (asynchronous: one commit group).
     FP8ATTN_DEVICE void issue_qk(float (&s)[kSElems], uint64_t dq, int slot) const {
-      const uint64_t dk = dk0 + ((slot * kRN * Policy::kSw) >> 4);
+      const uint64_t dk = dk0 + (k_offset(slot, 0, 0) >> 4);
       // The first k step overwrites s without reading it, so the softmax may rewrite s in place
       // while other wgmmas are in flight.
       nv::Wgmma<kBN>::ss_first(s, dq, dk);

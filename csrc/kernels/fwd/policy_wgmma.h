@@ -36,8 +36,7 @@ namespace fp8attn {
 // Consumer warpgroups: three where S and O fit the 152 registers of a 512-thread block (D 64, and
 // D 128 at 64-key tiles): a warpgroup's step is a latency chain (max, shuffles, exp2s) that more
 // warpgroups overlap (D 64 +16 %, D 128 non-causal at 64 keys +2.6 % over two at 128 keys:
-// lab/h200-logs/79-*, 80-*); two otherwise (a 128-key S beside a D 128 O needs 224, beside a D 256
-// O 232).
+// lab/h200-logs/79-*, 80-*); two otherwise (a 128-key S beside a D 128 O needs 224).
 constexpr int wgmma_consumers(int head_dim, int kv_tile) {
   return head_dim == 64 || (head_dim == 128 && kv_tile == 64) ? 3 : 2;
 }
@@ -112,9 +111,10 @@ struct FwdPolicyNvWgmma {
   // returns. 56 / 224 at D <= 128; at D = 256 the producer's TMA bookkeeping needs more than 56
   // (40 / 232 spilled 20 bytes there) and the consumers fit in 216; with three consumer warpgroups
   // 56 / 152 (a 512-thread block; ptxas -v: no spills in any instance, R149 the highest at D 64).
-  // D 256 at 128-key steps: S (64), O (128) and P8 (16) per thread, 40 / 232.
-  static constexpr int kProducerRegs = kD <= 128 ? 56 : kBlockN == 64 ? 72 : 56;
-  static constexpr int kConsumerRegs = kConsumers == 3 ? 152 : kD <= 128 ? 224 : kBlockN == 64 ? 216 : 224;
+  // D 256 at 128-key steps, one step after the other (kOverlap): 56 / 224 as at D <= 128.
+  static constexpr bool kWideProducer = kD > 128 && kBlockN == 64;
+  static constexpr int kProducerRegs = kWideProducer ? 72 : 56;
+  static constexpr int kConsumerRegs = kConsumers == 3 ? 152 : kWideProducer ? 216 : 224;
   static_assert(128 * kProducerRegs + 128 * kConsumers * kConsumerRegs <= kThreads * (65536 / kThreads / 8 * 8),
                 "register reallocation exceeds the block's launch allocation");
 
