@@ -87,41 +87,48 @@ struct Shape {
   int b, h, hk, s;  // batch, q heads, kv heads (GQA when < h), sequence length (q = k)
 };
 
-// Timed as fp8attn.bench's time_ms: warm-up calls until >= 200 ms have passed (at least 5, checked
-// every 8), then the median of 20 event-timed calls issued back to back. `label` names the shape,
-// `call` runs it once, `flops` is its work; the check's results are printed with the time.
-template <class Call>
-static void timed(const char* label, Call& call, double flops, double max_err, double max_ref, int nan, double seconds) {
-  cudaStream_t st = 0;
+// The median time (ms) of 20 event-timed runs of `run` issued back to back on st, after warm-up runs
+// until >= warm_ms have passed (at least 5; the clock read every `every` runs).
+template <class Run>
+static float median_event_ms(Run& run, cudaStream_t st, float warm_ms, int every) {
   cudaEvent_t w0, w1;
   CK(cudaEventCreate(&w0));
   CK(cudaEventCreate(&w1));
   CK(cudaEventRecord(w0, st));
   for (int i = 1;; ++i) {
-    call();
-    if (i >= 5 && i % 8 == 0) {
+    run();
+    if (i >= 5 && i % every == 0) {
       CK(cudaEventRecord(w1, st));
       CK(cudaEventSynchronize(w1));
       float t;
       CK(cudaEventElapsedTime(&t, w0, w1));
-      if (t >= 200.f) break;
+      if (t >= warm_ms) break;
     }
   }
   std::vector<cudaEvent_t> ev(40);
   for (auto& e : ev) CK(cudaEventCreate(&e));
   for (int i = 0; i < 20; ++i) {
     CK(cudaEventRecord(ev[2 * i], st));
-    call();
+    run();
     CK(cudaEventRecord(ev[2 * i + 1], st));
   }
-  CK(cudaDeviceSynchronize());
+  CK(cudaStreamSynchronize(st));
   std::vector<float> ms(20);
   for (int i = 0; i < 20; ++i) CK(cudaEventElapsedTime(&ms[i], ev[2 * i], ev[2 * i + 1]));
   std::sort(ms.begin(), ms.end());
   for (auto& e : ev) CK(cudaEventDestroy(e));
   CK(cudaEventDestroy(w0));
   CK(cudaEventDestroy(w1));
-  const double med = ms[ms.size() / 2];
+  return ms[ms.size() / 2];
+}
+
+// Timed as fp8attn.bench's time_ms: warm-up calls until >= 200 ms have passed (at least 5, checked
+// every 8), then the median of 20 event-timed calls issued back to back. `label` names the shape,
+// `call` runs it once, `flops` is its work; the check's results are printed with the time.
+template <class Call>
+static void timed(const char* label, Call& call, double flops, double max_err, double max_ref, int nan, double seconds) {
+  cudaStream_t st = 0;
+  const double med = median_event_ms(call, st, 200.f, 8);
   std::printf("fa3 fp8 %s  %.3f ms  %.0f TFLOP/s  max|err| %.4f (max|ref| %.3f)  NaN outputs %d\n", label, med,
               flops / med / 1e9, max_err, max_ref, nan);
   std::fflush(stdout);
@@ -310,37 +317,11 @@ static double graph_us_per_call(Call& call, cudaStream_t st) {
   for (int i = 0; i < 20; ++i) call(st);
   CK(cudaStreamEndCapture(st, &g));
   CK(cudaGraphInstantiate(&ge, g, 0));
-  cudaEvent_t w0, w1;
-  CK(cudaEventCreate(&w0));
-  CK(cudaEventCreate(&w1));
-  CK(cudaEventRecord(w0, st));
-  for (int i = 1;; ++i) {
-    CK(cudaGraphLaunch(ge, st));
-    if (i >= 5) {
-      CK(cudaEventRecord(w1, st));
-      CK(cudaEventSynchronize(w1));
-      float t;
-      CK(cudaEventElapsedTime(&t, w0, w1));
-      if (t >= 100.f) break;
-    }
-  }
-  std::vector<cudaEvent_t> ev(40);
-  for (auto& e : ev) CK(cudaEventCreate(&e));
-  for (int i = 0; i < 20; ++i) {
-    CK(cudaEventRecord(ev[2 * i], st));
-    CK(cudaGraphLaunch(ge, st));
-    CK(cudaEventRecord(ev[2 * i + 1], st));
-  }
-  CK(cudaStreamSynchronize(st));
-  std::vector<float> ms(20);
-  for (int i = 0; i < 20; ++i) CK(cudaEventElapsedTime(&ms[i], ev[2 * i], ev[2 * i + 1]));
-  std::sort(ms.begin(), ms.end());
-  for (auto& e : ev) CK(cudaEventDestroy(e));
-  CK(cudaEventDestroy(w0));
-  CK(cudaEventDestroy(w1));
+  const auto replay = [&] { CK(cudaGraphLaunch(ge, st)); };
+  const float ms = median_event_ms(replay, st, 100.f, 1);
   CK(cudaGraphExecDestroy(ge));
   CK(cudaGraphDestroy(g));
-  return ms[10] * 1e3 / 20.0;  // ms per replay of 20 calls -> us per call
+  return ms * 1e3 / 20.0;  // ms per replay of 20 calls -> us per call
 }
 
 static void decode_bench(const DecodeRow& r, int num_splits_arg) {
