@@ -251,6 +251,10 @@ def test_splits_read_the_kernels_block_rows(progs) -> None:
     assert choose(c, sq=1, sk=128, causal=True)[3] == "1"
     for B, sk in ((8, 8192), (32, 8192), (128, 2048)):
         assert 1 <= int(choose(c, sq=1, sk=sk, B=B, causal=True)[3]) <= 128
+    # ... in waves of the blocks their registers allow (decode_blocks_per_sm): 8 x 8k, 64 (batch, kv head)
+    # blocks: 8 splits (512 of 4 x 132 slots) at 8 rows, D 128; 6 (384 of 3 x 132) at 16 rows (q_len 4)
+    assert choose(c, sq=1, sk=8192, B=8, causal=True)[1:] == ("decode", "8", "8")
+    assert choose(c, sq=4, sk=8192, B=8, causal=True)[1:] == ("decode", "16", "6")
 
 
 def test_unsupported(progs) -> None:

@@ -329,11 +329,11 @@ int main() {
   for (const auto& sh : shapes) {
     Bench b(sh[0], sh[1], num_sm, stream);
     const int64_t tiles = (sh[1] + kTile - 1) / kTile;
-    const int splits = decode_num_splits(int64_t{sh[0]} * kHkv, tiles, num_sm, DecodeDefault::kBlocksPerSm,
+    const int splits = decode_num_splits(int64_t{sh[0]} * kHkv, tiles, num_sm, DecodeDefault<8, kD>::kBlocksPerSm,
                                          kDecodeMinTilesPerSplit);
     DecodeLaunch fwd_only;
     fwd_only.combine = false;
-    const Call c{decode_fn<DecodeDefault>, splits, fwd_only};
+    const Call c{decode_fn<DecodeDefault<8, kD>>, splits, fwd_only};
     const double us = b.time_graph(c);  // with the recording on: slower than the plain binary
     trace_reset();
     b.launch(c);
@@ -372,8 +372,8 @@ int main(int argc, char** argv) {
       variant<DecodeConfig<3, 3>>("ring3", "pdl with 3 tiles", 3, 2, true),
       variant<DecodeConfig<3, 2>>("ring2", "pdl with 2 tiles", 3, 2, true),
       variant<DecodeConfig<2>>("bps2", "2 blocks/SM: ring of 6 tiles, splits for 2/SM", 2, 2, true),
-      variant<DecodeDefault>("default", "DecodeDefault (measured best: 4 blocks/SM, ring of 2 tiles, splits for 4/SM)",
-                             DecodeDefault::kBlocksPerSm, kDecodeMinTilesPerSplit, kDecodePdl),
+      variant<DecodeDefault<8, kD>>("default", "DecodeDefault (measured best: 4 blocks/SM, ring of 2 tiles, splits for 4/SM)",
+                             DecodeDefault<8, kD>::kBlocksPerSm, kDecodeMinTilesPerSplit, kDecodePdl),
       variant<DecodeConfig<3>>("min16", "pdl, >= 16 tiles per split (1x32k: 32 splits)", 3, 16, true),
   };
   std::vector<const Variant*> vars;

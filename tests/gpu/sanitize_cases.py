@@ -1,9 +1,9 @@
 """A representative set of GPU calls for compute-sanitizer (memcheck, racecheck):
     compute-sanitizer --tool memcheck python3 tests/gpu/sanitize_cases.py
 Dense causal, varlen GQA with empty sequences, paged with shuffled blocks and NaN-poisoned slots,
-split-KV decode, head dims 64/80/128/256 where built, 16-bit q, FP8 and 16-bit out: on Hopper the
-wgmma pipeline (D 64/128/256 prefill; 64- and 128-key tiles, kv_tile 0 = its default), the decode
-pipeline and the portable one (D = 80 prefill)."""
+split-KV decode (8 and 16 rows), head dims 64/80/128/256 where built, 16-bit q, FP8 and 16-bit
+out: on Hopper the wgmma pipeline (D 64/128/256 prefill; 64- and 128-key tiles, kv_tile 0 = its
+default), the decode pipeline and the portable one (D = 80 prefill)."""
 import os
 import sys
 
@@ -28,6 +28,8 @@ cases = [
     dict(layout="varlen", H=8, Hkv=2, D=128, Sq=70, Sk=260, softcap=5.0, q_dtype=torch.bfloat16, kv_tile=0),
     dict(layout="dense", D=256, Sq=200, Sk=333, H=16, Hkv=4, causal=True, out_dtype=FN, kv_tile=128),
     dict(layout="paged", D=256, Sq=60, Sk=300, H=8, Hkv=2, page=16, q_dtype=torch.bfloat16, kv_tile=128),
+    dict(layout="paged", D=128, Sq=200, Sk=700, H=8, Hkv=2, page=128, causal=True, kv_tile=0),
+    dict(layout="paged", D=128, Sq=4, Sk=600, H=32, Hkv=8, causal=True, out_dtype=FN),
 ]
 for split in ("1", ""):
     os.environ["FP8ATTN_NUM_SPLITS"] = split

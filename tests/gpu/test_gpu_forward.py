@@ -239,6 +239,20 @@ def test_decode_page_sizes(page, D):
         check_vs_cpu(args, kw)
 
 
+@pytest.mark.parametrize("page", [8, 16, 24, 32, 128, 512])
+@pytest.mark.parametrize("D", [128, 256])
+@pytest.mark.parametrize("kv_tile", [64, 128])
+def test_prefill_page_sizes(page, D, kv_tile):
+    """The Hopper prefill producer's paged copies (each row's block-table entry, cp.async) at pages
+    smaller than a ring tile (8, 16, 32), not dividing it (24) and holding whole tiles (128, 512),
+    tail tiles included. Varlen q over a shuffled, NaN-poisoned cache."""
+    need_dim(D)
+    for causal in (False, True):
+        args, kw = make_case(layout="paged", B=3, Sq=190, Sk=1100, H=8, Hkv=2, D=D, page=page, causal=causal,
+                             out_dtype=FN, seed=page + D + kv_tile + causal)
+        check_vs_cpu(args, kw, kv_tile=kv_tile)
+
+
 def test_split_kv_decode(monkeypatch):
     """Flash-decoding (split KV + combine). Each split quantizes P against its own running max, so
     the result is not the CPU's tile for tile; it must be as accurate (vs fp64) as the CPU's."""
@@ -254,6 +268,28 @@ def test_split_kv_decode(monkeypatch):
         assert lse_close(glse, clse, tol=3e-2)  # l is a sum of per-split quantized p
         o2, _ = call(*args, device=DEV, **kw)
         assert torch.equal(gout, o2), "split-KV not bitwise repeatable"
+
+
+@pytest.mark.parametrize("splits", [2, 5, 16, 64, 128])
+@pytest.mark.parametrize("Sq", [1, 4])
+def test_decode_split_merge(monkeypatch, splits, Sq):
+    """Split decode at 2 to 128 splits, 8- and 16-row kernels: varlen q over a paged cache, some q
+    sequences empty, short k sequences (empty splits), FP8 out and lse; as accurate against fp64 as
+    the CPU, and bitwise repeatable."""
+    need_dim(128)
+    monkeypatch.setenv("FP8ATTN_NUM_SPLITS", str(splits))
+    args, kw = make_case(layout="paged", B=5, Sq=Sq, Sk=3000, H=32, Hkv=8, causal=True, out_dtype=FN,
+                         seed=splits + Sq)
+    assert kernel_of(*args, device=DEV, **kw).startswith("fwd_decode")
+    gout, glse = call(*args, device=DEV, **kw)
+    cout, clse = call(*args, device="cpu", **kw)
+    _, bad_nan = agreement(gout, cout)
+    assert not bad_nan
+    e_gpu, e_cpu = _rel_err_vs_ideal(gout, args, kw), _rel_err_vs_ideal(cout, args, kw)
+    assert e_gpu <= 1.25 * e_cpu + 1e-3, f"{splits} splits, Sq={Sq}: err {e_gpu:.4f} vs CPU {e_cpu:.4f}"
+    assert lse_close(glse, clse, tol=3e-2)
+    o2, l2 = call(*args, device=DEV, **kw)
+    assert torch.equal(gout.view(torch.uint8), o2.view(torch.uint8)) and torch.equal(glse, l2)
 
 
 def test_forced_splits_many(monkeypatch):

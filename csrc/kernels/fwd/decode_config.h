@@ -1,16 +1,18 @@
 // Tunables of the decode kernels (pipeline_decode.h; the fwd_decode* rows of the kernel table),
 // shared by the host split heuristic (dispatch.cpp: choose_num_splits) and the pipeline. Host-only
 // code: no kernels. To adopt another measured variant (lab/standalone/decode_bench.cu), edit
-// DecodeDefault.
+// decode_blocks_per_sm.
 #pragma once
 #include <algorithm>
 #include <cstdint>
 
 namespace fp8attn {
 
-// kBlocksPerSm: blocks of the decode kernel meant to share a multiprocessor; it sizes the KV ring
-//   (kStages = 0: as many 64-key tiles as fit next to the other blocks, at most 8) and the split
-//   count (decode_num_splits). At D = 128: 2 -> 6 tiles, 3 -> 3, 4 -> 2 (sm_90, 227 KiB per SM).
+// kBlocksPerSm: blocks of the decode kernel meant to share a multiprocessor. It is the kernel's
+//   register budget (its __launch_bounds__ minimum: 65536 / (128 threads x kBlocksPerSm) registers,
+//   so that the registers allow it), sizes the KV ring (kStages = 0: as many 64-key tiles as fit next
+//   to the other blocks, at most 8) and the split count (decode_num_splits). At D = 128: 2 -> 6
+//   tiles, 3 -> 3, 4 -> 2 (sm_90, 227 KiB per SM).
 // kRowCopy (before sm_90; sm_90 copies with the TMA engine): a warp's cp.async
 //   instruction copies whole 128-byte key rows (lanes run along a row: 4 full lines per
 //   instruction) instead of one 32-byte sector of 16 rows (2 lanes per key).
@@ -20,7 +22,18 @@ struct DecodeConfig {
   static constexpr int kStages = kStages_;
   static constexpr bool kRowCopy = kRowCopy_;
 };
-using DecodeDefault = DecodeConfig<4>;  // measured best on the H200 (docs/gpu-kernels.md, decode_bench)
+// Blocks per multiprocessor of the decode kernel of `rows` (8 / 16) packed rows at `head_dim`: 4
+// (128 registers) where ptxas fits the kernel in them without spills (scripts/ci_nvcc_baseline.json:
+// the 8-row kernels to D 192, the 16-row ones at D 64), else 3 (168) or 2 (255). Measured on the
+// H200 (docs/gpu-kernels.md): 4 at 8 rows, D 128 (decode_bench); 3 at 16 rows, D 128 (a ring of 3
+// tiles): 8 x 8k at q_len 4 in 56.4 us, 63.5 us when its splits were planned for 4 blocks that its
+// 168 registers did not allow, 64 us forced into 128 registers.
+constexpr int decode_blocks_per_sm(int rows, int head_dim) {
+  if (rows <= 8) return head_dim <= 192 ? 4 : 3;
+  return head_dim <= 64 ? 4 : head_dim <= 128 ? 3 : 2;
+}
+template <int kRows, int kHeadDim>
+using DecodeDefault = DecodeConfig<decode_blocks_per_sm(kRows, kHeadDim)>;
 constexpr int kDecodeMinTilesPerSplit = 2;  // a split streams at least 128 keys
 constexpr bool kDecodePdl = true;           // combine kernel by Programmatic Dependent Launch (sm_90+)
 constexpr int kDecodeMaxSplits = 128;       // every kernel's split limit: = kMaxSplits (kernel.h; asserted in pipeline_decode.h)

@@ -171,8 +171,19 @@ FP8ATTN_DEVICE void store_rows(const FwdParams& p, const BlockCtx& c, const Thre
   }
 }
 
+// The blocks per multiprocessor a policy's kernel is compiled for (__launch_bounds__: its register
+// budget): Policy::kBlocksPerSm where it plans for several (the decode kernels, whose plan is sm_90's
+// shared memory: earlier archs fit fewer blocks anyway, so there the registers stay free), else 1.
+template <class Policy, class = void>
+struct BlocksPerSm : std::integral_constant<int, 1> {};
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
+template <class Policy>
+struct BlocksPerSm<Policy, std::void_t<decltype(Policy::kBlocksPerSm)>>
+    : std::integral_constant<int, Policy::kBlocksPerSm> {};
+#endif
+
 template <class Problem, class Policy, class Pipe>
-__global__ void __launch_bounds__(Policy::kThreads) fwd_kernel(const __grid_constant__ FwdParams p) {
+__global__ void __launch_bounds__(Policy::kThreads, BlocksPerSm<Policy>::value) fwd_kernel(const __grid_constant__ FwdParams p) {
   using Tile = typename Policy::Tile;
   extern __shared__ __align__(128) uint8_t smem[];
   const int warp = threadIdx.x / Tile::kWarpSize, lane = threadIdx.x % Tile::kWarpSize;

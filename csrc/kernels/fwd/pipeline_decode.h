@@ -70,9 +70,10 @@ struct DecodeSLayout {
 static_assert(kDecodeMaxSplits == kMaxSplits, "decode_config.h: the combine kernel's split limit");
 
 // kRowTiles_ n8 tiles of packed rows: 1 (rows <= 8) or 2 (rows <= 16); Cfg: a DecodeConfig.
-template <class Problem, int kRowTiles_, class Cfg = DecodeDefault>
+template <class Problem, int kRowTiles_, class Cfg = DecodeDefault<8 * kRowTiles_, Problem::kHeadDim>>
 struct FwdPolicyNvDecode {
   static constexpr int kRowTiles = kRowTiles_;
+  static constexpr int kBlocksPerSm = Cfg::kBlocksPerSm;  // (fwd_kernel's register budget)
   static constexpr int kD = Problem::kHeadDim;
   static constexpr int kWarps = 4;
   static constexpr int kThreads = 32 * kWarps;
