@@ -48,7 +48,7 @@ struct DecodeLaunch {
 };
 template <class Policy>
 void launch_decode_opts(const FwdParams& p, cudaStream_t stream, const DecodeLaunch& opt) {
-  auto* kern = &fwd_kernel<Prob, Policy, FwdPipelineNvDecode<Prob, Policy>>;
+  auto* kern = &fwd_kernel_decode<Prob, Policy>;
   FwdParams q = with_divisors<Policy>(p);
   q.kv_tma = nv::encode_page_map(q.k_tmap, p.k, p.head_dim, p.num_heads_k, p.page_block_size, p.num_cache_blocks,
                                  p.k_head_stride, p.k_row_stride, p.k_batch_stride, Policy::kRowStride) &&
@@ -282,7 +282,7 @@ void decode_fn(const FwdParams& p, cudaStream_t stream, const DecodeLaunch& opt)
 template <class Cfg>
 int occupancy() {
   using Pol = FwdPolicyNvDecode<Prob, 1, Cfg>;
-  auto* kern = &fwd_kernel<Prob, Pol, FwdPipelineNvDecode<Prob, Pol>>;
+  auto* kern = &fwd_kernel_decode<Prob, Pol>;
   CK(cudaFuncSetAttribute(reinterpret_cast<const void*>(kern), cudaFuncAttributeMaxDynamicSharedMemorySize,
                           Pol::kSmemBytes));
   int n = 0;

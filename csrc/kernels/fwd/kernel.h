@@ -171,19 +171,10 @@ FP8ATTN_DEVICE void store_rows(const FwdParams& p, const BlockCtx& c, const Thre
   }
 }
 
-// The blocks per multiprocessor a policy's kernel is compiled for (__launch_bounds__: its register
-// budget): Policy::kBlocksPerSm where it plans for several (the decode kernels, whose plan is sm_90's
-// shared memory: earlier archs fit fewer blocks anyway, so there the registers stay free), else 1.
-template <class Policy, class = void>
-struct BlocksPerSm : std::integral_constant<int, 1> {};
-#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
-template <class Policy>
-struct BlocksPerSm<Policy, std::void_t<decltype(Policy::kBlocksPerSm)>>
-    : std::integral_constant<int, Policy::kBlocksPerSm> {};
-#endif
-
+// One block of the forward pass: the body of fwd_kernel and of the decode kernels' entry point
+// (pipeline_decode.h: the same body under another register budget).
 template <class Problem, class Policy, class Pipe>
-__global__ void __launch_bounds__(Policy::kThreads, BlocksPerSm<Policy>::value) fwd_kernel(const __grid_constant__ FwdParams p) {
+FP8ATTN_DEVICE void fwd_block(const FwdParams& p) {
   using Tile = typename Policy::Tile;
   extern __shared__ __align__(128) uint8_t smem[];
   const int warp = threadIdx.x / Tile::kWarpSize, lane = threadIdx.x % Tile::kWarpSize;
@@ -201,6 +192,11 @@ __global__ void __launch_bounds__(Policy::kThreads, BlocksPerSm<Policy>::value) 
   tr.init(p, c, warp, lane);
   store_rows<Problem, Policy>(p, c, tr, st, lane);
   FP8ATTN_TRACE(kTraceRowsStored);
+}
+
+template <class Problem, class Policy, class Pipe>
+__global__ void __launch_bounds__(Policy::kThreads) fwd_kernel(const __grid_constant__ FwdParams p) {
+  fwd_block<Problem, Policy, Pipe>(p);
 }
 
 // Flash-decoding combine: one block per (query row, head) merges the splits' normalized partial

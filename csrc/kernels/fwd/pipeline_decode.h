@@ -73,7 +73,7 @@ static_assert(kDecodeMaxSplits == kMaxSplits, "decode_config.h: the combine kern
 template <class Problem, int kRowTiles_, class Cfg = DecodeDefault<8 * kRowTiles_, Problem::kHeadDim>>
 struct FwdPolicyNvDecode {
   static constexpr int kRowTiles = kRowTiles_;
-  static constexpr int kBlocksPerSm = Cfg::kBlocksPerSm;  // (fwd_kernel's register budget)
+  static constexpr int kBlocksPerSm = Cfg::kBlocksPerSm;  // (fwd_kernel_decode's register budget)
   static constexpr int kD = Problem::kHeadDim;
   static constexpr int kWarps = 4;
   static constexpr int kThreads = 32 * kWarps;
@@ -423,6 +423,20 @@ struct FwdPipelineNvDecode {
   }
 };
 
+// The decode kernels' entry point: fwd_kernel's body compiled for Policy::kBlocksPerSm resident blocks
+// (its register budget, decode_config.h) on sm_90+, the plan's arch; earlier archs fit fewer blocks
+// by shared memory anyway, so there the registers stay free.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+#define FP8ATTN_DECODE_BOUNDS(Policy) __launch_bounds__(Policy::kThreads)
+#else
+#define FP8ATTN_DECODE_BOUNDS(Policy) __launch_bounds__(Policy::kThreads, Policy::kBlocksPerSm)
+#endif
+template <class Problem, class Policy>
+__global__ void FP8ATTN_DECODE_BOUNDS(Policy) fwd_kernel_decode(const __grid_constant__ FwdParams p) {
+  fwd_block<Problem, Policy, FwdPipelineNvDecode<Problem, Policy>>(p);
+}
+#undef FP8ATTN_DECODE_BOUNDS
+
 inline bool pdl_supported() {  // per device, cached (not a stream operation: fine during capture)
   static int cache[64] = {0};  // 0 unknown, 1 no, 2 yes
   int dev = 0, major = 0;
@@ -437,7 +451,7 @@ inline bool pdl_supported() {  // per device, cached (not a stream operation: fi
 // (kDecodePdl; sm_90+ only).
 template <class Problem, class Policy>
 void launch_decode_with(const FwdParams& p, cudaStream_t stream) {
-  auto* kern = &fwd_kernel<Problem, Policy, FwdPipelineNvDecode<Problem, Policy>>;
+  auto* kern = &fwd_kernel_decode<Problem, Policy>;
   // Paged cache on sm_90+: whole-page TMA boxes when the layout allows (else per-row bulk copies).
   FwdParams q = with_divisors<Policy>(p);
   if (p.block_table != nullptr && pdl_supported()) {
