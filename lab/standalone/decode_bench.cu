@@ -51,9 +51,11 @@ void launch_decode_opts(const FwdParams& p, cudaStream_t stream, const DecodeLau
   auto* kern = &fwd_kernel_decode<Prob, Policy>;
   FwdParams q = with_divisors<Policy>(p);
   q.kv_tma = nv::encode_page_map(q.k_tmap, p.k, p.head_dim, p.num_heads_k, p.page_block_size, p.num_cache_blocks,
-                                 p.k_head_stride, p.k_row_stride, p.k_batch_stride, Policy::kRowStride) &&
+                                 p.k_head_stride, p.k_row_stride, p.k_batch_stride, Policy::kRowStride,
+                                 Policy::kSwizzle) &&
              nv::encode_page_map(q.v_tmap, p.v, p.head_dim, p.num_heads_k, p.page_block_size, p.num_cache_blocks,
-                                 p.v_head_stride, p.v_row_stride, p.v_batch_stride, Policy::kRowStride);
+                                 p.v_head_stride, p.v_row_stride, p.v_batch_stride, Policy::kRowStride,
+                                 Policy::kSwizzle);
   static const cudaError_t attr_err = cudaFuncSetAttribute(
       reinterpret_cast<const void*>(kern), cudaFuncAttributeMaxDynamicSharedMemorySize, Policy::kSmemBytes);
   (void)attr_err;

@@ -61,14 +61,16 @@ inline bool encode_tiled_map(void* map, const void* base, int rank, const int64_
 
 // The decode ring's map of a paged K or V cache [num_blocks, block_size, Hkv, D] (strides in bytes:
 // head, row, block): boxes of 16 tokens x 1 kv head x `box_width` bytes (past D: zeros, the rows'
-// padding), no swizzle.
+// padding), in the 128-byte swizzle (128-byte rows) or none.
 inline bool encode_page_map(void* map, const void* base, int d, int hkv, int block_size, int num_blocks,
-                            int64_t head_stride, int64_t row_stride, int64_t block_stride, int box_width) {
-  if (box_width % 16 || block_size % 16) return false;
+                            int64_t head_stride, int64_t row_stride, int64_t block_stride, int box_width,
+                            bool swizzle128) {
+  if (box_width % 16 || block_size % 16 || (swizzle128 && box_width != 128)) return false;
   const int64_t dims[4] = {d, hkv, block_size, num_blocks};
   const int64_t strides[3] = {head_stride, row_stride, block_stride};
   const int box[4] = {box_width, 1, 16, 1};
-  return encode_tiled_map(map, base, 4, dims, strides, box, CU_TENSOR_MAP_SWIZZLE_NONE);
+  return encode_tiled_map(map, base, 4, dims, strides, box,
+                          swizzle128 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_NONE);
 }
 
 // One box of the rank-4 `map` (a kernel parameter: __grid_constant__) at element coordinates

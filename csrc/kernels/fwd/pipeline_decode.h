@@ -29,8 +29,8 @@
 //     holds O[row 2t + {0,1}][d 16c + 2g] (acc[0], acc[1]) and [d 16c + 2g + 1] (acc[2], acc[3]).
 // Shared memory (bytes): Q16 [kBlockM][kRow16] f16 (natural d order) | row maxima [2][4][16] f32 |
 // ring mbarriers [4 warps][8] | ring [kStages][K, V][64][kRowStride] fp8 (rows as in global memory,
-// padded to an odd number of 16-byte chunks so that ldmatrix's 8 rows hit distinct banks), reused at
-// the end for the warps' partial O / l.
+// swizzled at D 128, else padded to an odd number of 16-byte chunks, so that ldmatrix's 8 rows hit
+// distinct banks; 1024-byte aligned when swizzled), reused at the end for the warps' partial O / l.
 // The forward grid triggers its programmatic dependent (the combine kernel, launch_decode) at once:
 // the combine blocks are resident and waiting when it ends, instead of launching after it.
 #pragma once
@@ -82,9 +82,13 @@ struct FwdPolicyNvDecode {
   static constexpr int kKeysPerWarp = kBlockN / kWarps;
   static constexpr int kNTilesO = kD / 8;  // the epilogue's accumulator fragments (Sm89Tile layout)
   static constexpr int kChunks = kD / 16;  // 16-byte fp8 chunks per K / V row
-  // Rows of an odd chunk count: the 8 rows an ldmatrix phase reads hit 8 distinct 16-byte bank
-  // groups, and a row stays one contiguous bulk copy.
-  static constexpr int kRowStride = kChunks % 2 ? kD : kD + 16;
+  // The 8 rows an ldmatrix phase reads must hit 8 distinct 16-byte bank groups. D 128: 128-byte rows
+  // in the 128-byte swizzle (chunk c of ring row r at c ^ (r % 8); what a swizzled TMA box writes), so
+  // that a third ring tile fits next to 3 other blocks; other head dims: rows of an odd chunk count
+  // (padded), each one contiguous bulk copy.
+  static constexpr bool kSwizzle = kD == 128;
+  static constexpr int kRowStride = kSwizzle || kChunks % 2 ? kD : kD + 16;
+  static constexpr int kRingAlign = kSwizzle ? 1024 : 16;  // (the swizzle's period)
   static constexpr bool kRowCopy = Cfg::kRowCopy;
   // Q16 row: D/2 f16x2 words, padded to 8 (mod 16) words so that the 8-byte B loads of lanes
   // (g, t), g < 4, hit distinct banks.
@@ -96,14 +100,15 @@ struct FwdPolicyNvDecode {
   static constexpr int kOffRing = kOffBar + kWarps * 8 * 8;
   // Tiles that fit next to Cfg::kBlocksPerSm - 1 other blocks (sm_90: 227 KiB per multiprocessor,
   // 1 KiB of it reserved per block), 2..8; or Cfg::kStages.
-  static constexpr int kFit = (nv::Sm89::kSmemLimit / Cfg::kBlocksPerSm - 1024 - kOffRing) / kStageBytes;
+  static constexpr int kFit =
+      (nv::Sm89::kSmemLimit / Cfg::kBlocksPerSm - 1024 - kOffRing - kRingAlign) / kStageBytes;
   static constexpr int kStages = Cfg::kStages ? Cfg::kStages : kFit < 2 ? 2 : kFit > 8 ? 8 : kFit;
   static_assert(kStages <= 8, "a warp has 8 ring mbarriers");
   // The final sum, in the ring: partial O [warp][kBlockM][kOStride] f32, l [warp][kBlockM], m [kBlockM].
   static constexpr int kOStride = kD + 8;  // float2 reads of rows g, g + 4: distinct banks
   static constexpr int kSumBytes = 4 * (kWarps * kBlockM * kOStride + kWarps * kBlockM + kBlockM);
   static constexpr int kRingBytes = kStages * kStageBytes > kSumBytes ? kStages * kStageBytes : kSumBytes;
-  static constexpr int kSmemBytes = kOffRing + kRingBytes;
+  static constexpr int kSmemBytes = kOffRing + kRingAlign + kRingBytes;  // (+ the ring's alignment slack)
   static constexpr Fp8Kind kFp8 = Problem::kFp8;
   using PQuant = nv::PQuant<Problem::kFp8>;
   using Tile = nv::Sm89Tile<Problem::kFp8>;  // the accumulator layout handed to the epilogue
@@ -127,6 +132,16 @@ struct FwdPipelineNvDecode {
 
   static constexpr bool kBulk = nv::kBulkCopy;
 
+  // Whether this warp's 16 keys of KV tile `tile` come as one TMA box (sm_90, a cache with tensor maps,
+  // all 16 keys valid); in the swizzle (Policy::kSwizzle) when they do, and always before sm_90 (cp.async
+  // writes the swizzled chunks), else as plain rows (one bulk copy each).
+  FP8ATTN_DEVICE static bool by_box(const FwdParams& p, const BlockCtx& c, int tile) {
+    return p.kv_tma && tile * kBN + kKW * static_cast<int>(threadIdx.x / 32) + kKW <= c.seq.k_len;
+  }
+  FP8ATTN_DEVICE static bool swizzled(const FwdParams& p, const BlockCtx& c, int tile) {
+    return Policy::kSwizzle && (!kBulk || by_box(p, c, tile));
+  }
+
   // This warp's 16 keys of KV tile `tile` into `stage` (keys at or past k_len are zeros: P is 0
   // there, and V must be finite). sm_90: when the 16 keys are valid and the cache has tensor maps
   // (p.kv_tma), lane 0 loads one box of page `entry` for K and one for V; otherwise lanes 0-15 copy
@@ -140,7 +155,7 @@ struct FwdPipelineNvDecode {
     const uint8_t* vbase = static_cast<const uint8_t*>(p.v) + static_cast<int64_t>(c.hkv) * p.v_head_stride;
     if constexpr (kBulk) {
       const int32_t key0 = tile * kBN + kKW * (threadIdx.x / 32);
-      if (p.kv_tma && key0 + kKW <= c.seq.k_len) {  // the warp's 16 keys: one box of one cache page
+      if (by_box(p, c, tile)) {  // the warp's 16 keys: one box of one cache page
         if (lane == 0) {
           const int32_t blk = SeqInfo::valid_block(p, entry);
           const int32_t row = key0 % p.page_block_size;
@@ -176,7 +191,7 @@ struct FwdPipelineNvDecode {
           const int r = kKW * (threadIdx.x / 32) + kr;
           const int32_t key = tile * kBN + r;
           const bool ok = key < c.seq.k_len;
-          uint8_t* kdst = stage + r * Policy::kRowStride + 16 * ch;
+          uint8_t* kdst = stage + r * Policy::kRowStride + 16 * (Policy::kSwizzle ? ch ^ (r & 7) : ch);
           nv::cp_async_16(kdst, kbase + (ok ? c.seq.key_offset(p, key, false) : 0) + 16 * ch, ok);
           nv::cp_async_16(kdst + kBN * Policy::kRowStride, vbase + (ok ? c.seq.key_offset(p, key, true) : 0) + 16 * ch,
                           ok);
@@ -187,7 +202,7 @@ struct FwdPipelineNvDecode {
 
   // One KV tile for this warp's 16 keys: S^T, the tile's row max (shared with the other warps
   // through sRed: the block barrier), P8, l and O^T.
-  FP8ATTN_DEVICE static void step(int tile, bool need_mask, const LogitsTransform (&logits)[kR],
+  FP8ATTN_DEVICE static void step(int tile, bool need_mask, bool swz, const LogitsTransform (&logits)[kR],
                                   const RowKeys<Problem::kHasMask> (&keys)[kR], const typename Policy::PQuant& pq,
                                   const uint8_t* sQ, const uint8_t* stage, float* sRed, float acc[kNR][kChunks][4],
                                   float lacc[kNR][4], float m[kR]) {
@@ -195,10 +210,11 @@ struct FwdPipelineNvDecode {
     const uint8_t* sK = stage + kKW * warp * Policy::kRowStride;
     const uint8_t* sV = sK + kBN * Policy::kRowStride;
     // ldmatrix rows: lanes 0-7 keys 0-7 and lanes 8-15 keys 8-15 of chunk ch; lanes 16-31 the
-    // same keys of chunk ch + 1 (of ch again past the last chunk). Row kKW * warp + lr: (row & 7) = (lane & 7).
-    const int lr = (lane & 7) + 8 * ((lane >> 3) & 1);
+    // same keys of chunk ch + 1 (of ch again past the last chunk). Row kKW * warp + lr: (row & 7) =
+    // (lane & 7), the swizzle's XOR of a swizzled tile (swz).
+    const int lr = (lane & 7) + 8 * ((lane >> 3) & 1), sw = swz ? lane & 7 : 0;
     const auto at = [&](const uint8_t* base, int ch) {
-      return base + lr * Policy::kRowStride + 16 * (ch + 1 < kChunks ? ch + (lane >> 4) : ch);
+      return base + lr * Policy::kRowStride + 16 * ((ch + 1 < kChunks ? ch + (lane >> 4) : ch) ^ sw);
     };
 
     // S^T = K . Q^T
@@ -349,6 +365,7 @@ struct FwdPipelineNvDecode {
     const uint8_t* sQ = smem + Policy::kOffQ;
     float* sRed = reinterpret_cast<float*>(smem + Policy::kOffRed);
     uint8_t* ring = smem + Policy::kOffRing;
+    ring += (Policy::kRingAlign - nv::smem_addr(ring) % Policy::kRingAlign) % Policy::kRingAlign;
     uint64_t* bars = reinterpret_cast<uint64_t*>(smem + Policy::kOffBar) + 8 * warp;  // this warp's ring
     pdl_launch_dependents();  // the combine kernel may become resident now (it waits for this grid)
     if constexpr (kBulk) {
@@ -406,7 +423,8 @@ struct FwdPipelineNvDecode {
         nv::cp_async_wait<kStages - 1>();
       FP8ATTN_TRACE(kTraceDecodeLanded);
       __syncwarp();  // the warp's copies (and zero rows) of this tile are visible to all its lanes
-      step(tile, kv_tile_needs_mask<Problem, kBN>(c, tile), rows.logits, keys, pq, sQ, stage, sRed, acc, lacc, m);
+      step(tile, kv_tile_needs_mask<Problem, kBN>(c, tile), swizzled(p, c, tile), rows.logits, keys, pq, sQ, stage, sRed,
+           acc, lacc, m);
       FP8ATTN_TRACE(kTraceDecodeStepped);
       __syncwarp();  // every lane is done with the slot before it is refilled
       if constexpr (kBulk) nv::fence_proxy_async();  // ... by the async proxy
@@ -456,9 +474,11 @@ void launch_decode_with(const FwdParams& p, cudaStream_t stream) {
   FwdParams q = with_divisors<Policy>(p);
   if (p.block_table != nullptr && pdl_supported()) {
     q.kv_tma = nv::encode_page_map(q.k_tmap, p.k, p.head_dim, p.num_heads_k, p.page_block_size, p.num_cache_blocks,
-                                   p.k_head_stride, p.k_row_stride, p.k_batch_stride, Policy::kRowStride) &&
+                                   p.k_head_stride, p.k_row_stride, p.k_batch_stride, Policy::kRowStride,
+                                   Policy::kSwizzle) &&
                nv::encode_page_map(q.v_tmap, p.v, p.head_dim, p.num_heads_k, p.page_block_size, p.num_cache_blocks,
-                                   p.v_head_stride, p.v_row_stride, p.v_batch_stride, Policy::kRowStride);
+                                   p.v_head_stride, p.v_row_stride, p.v_batch_stride, Policy::kRowStride,
+                                   Policy::kSwizzle);
   }
   // Once per kernel and process (not a stream operation: fine during graph capture).
   static const cudaError_t attr_err = cudaFuncSetAttribute(
