@@ -11,8 +11,8 @@ namespace fp8attn {
 // kBlocksPerSm: blocks of the decode kernel meant to share a multiprocessor. It is the kernel's
 //   register budget (its __launch_bounds__ minimum: 65536 / (128 threads x kBlocksPerSm) registers,
 //   so that the registers allow it), sizes the KV ring (kStages = 0: as many 64-key tiles as fit next
-//   to the other blocks, at most 8) and the split count (decode_num_splits). At D = 128: 2 -> 6
-//   tiles, 3 -> 3, 4 -> 2 (sm_90, 227 KiB per SM).
+//   to the other blocks, at most 8) and the split count (decode_num_splits). At D = 128 (swizzled
+//   128-byte rows): 2 -> 6 tiles, 3 -> 4, 4 -> 3 (sm_90, 227 KiB per SM).
 // kRowCopy (before sm_90; sm_90 copies with the TMA engine): a warp's cp.async
 //   instruction copies whole 128-byte key rows (lanes run along a row: 4 full lines per
 //   instruction) instead of one 32-byte sector of 16 rows (2 lanes per key).
