@@ -89,6 +89,8 @@ struct FwdPolicyNvDecode {
   static constexpr bool kSwizzle = kD == 128;
   static constexpr int kRowStride = kSwizzle || kChunks % 2 ? kD : kD + 16;
   static constexpr int kRingAlign = kSwizzle ? 1024 : 16;  // (the swizzle's period)
+  // The swizzle's XOR of ring row `row`: its chunk ch is at 16-byte chunk ch ^ swizzle_xor(row).
+  FP8ATTN_HD static constexpr int swizzle_xor(int row) { return kSwizzle ? row & 7 : 0; }
   static constexpr bool kRowCopy = Cfg::kRowCopy;
   // Q16 row: D/2 f16x2 words, padded to 8 (mod 16) words so that the 8-byte B loads of lanes
   // (g, t), g < 4, hit distinct banks.
@@ -191,7 +193,7 @@ struct FwdPipelineNvDecode {
           const int r = kKW * (threadIdx.x / 32) + kr;
           const int32_t key = tile * kBN + r;
           const bool ok = key < c.seq.k_len;
-          uint8_t* kdst = stage + r * Policy::kRowStride + 16 * (Policy::kSwizzle ? ch ^ (r & 7) : ch);
+          uint8_t* kdst = stage + r * Policy::kRowStride + 16 * (ch ^ Policy::swizzle_xor(r));
           nv::cp_async_16(kdst, kbase + (ok ? c.seq.key_offset(p, key, false) : 0) + 16 * ch, ok);
           nv::cp_async_16(kdst + kBN * Policy::kRowStride, vbase + (ok ? c.seq.key_offset(p, key, true) : 0) + 16 * ch,
                           ok);
@@ -211,8 +213,8 @@ struct FwdPipelineNvDecode {
     const uint8_t* sV = sK + kBN * Policy::kRowStride;
     // ldmatrix rows: lanes 0-7 keys 0-7 and lanes 8-15 keys 8-15 of chunk ch; lanes 16-31 the
     // same keys of chunk ch + 1 (of ch again past the last chunk). Row kKW * warp + lr: (row & 7) =
-    // (lane & 7), the swizzle's XOR of a swizzled tile (swz).
-    const int lr = (lane & 7) + 8 * ((lane >> 3) & 1), sw = swz ? lane & 7 : 0;
+    // (lane & 7), the row's swizzle in a swizzled tile (swz).
+    const int lr = (lane & 7) + 8 * ((lane >> 3) & 1), sw = swz ? Policy::swizzle_xor(lane) : 0;
     const auto at = [&](const uint8_t* base, int ch) {
       return base + lr * Policy::kRowStride + 16 * ((ch + 1 < kChunks ? ch + (lane >> 4) : ch) ^ sw);
     };
