@@ -10,6 +10,7 @@
 // then us per call: eager (events around each call, median), graph (CUDA graph of 20 calls),
 // cold (eager after a 256 MiB L2 flush), fwd (graph, forward kernel alone: no combine).
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -321,13 +322,19 @@ Variant variant(const char* name, const char* what, int split_bps, int min_tiles
 }
 
 #ifdef FP8ATTN_EVENT_TRACE
-// decode_bench_trace: an event trace of the default decode kernel (forward alone) at 1x32k and 32x8k.
-int main() {
+// decode_bench_trace [B,ctx ...]: an event trace of the default decode kernel (forward alone), by default
+// at 1x32k and 32x8k.
+int main(int argc, char** argv) {
   int num_sm = 0;
   CK(cudaDeviceGetAttribute(&num_sm, cudaDevAttrMultiProcessorCount, 0));
   cudaStream_t stream;
   CK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  const int shapes[][2] = {{1, 32768}, {32, 8192}};
+  std::vector<std::array<int, 2>> shapes = {{1, 32768}, {32, 8192}};
+  if (argc > 1) shapes.clear();
+  for (int a = 1; a < argc; ++a) {
+    std::array<int, 2> sh{};
+    if (std::sscanf(argv[a], "%d,%d", &sh[0], &sh[1]) == 2) shapes.push_back(sh);
+  }
   for (const auto& sh : shapes) {
     Bench b(sh[0], sh[1], num_sm, stream);
     const int64_t tiles = (sh[1] + kTile - 1) / kTile;
