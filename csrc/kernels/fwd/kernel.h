@@ -45,10 +45,9 @@ FwdParams with_divisors(const FwdParams& p) {
   return q;
 }
 
-// The BlockCtx of work item (x, split) (sequence, rows, mask, KV tile range of its split); false
-// when it has no rows (the grid covers the longest sequence).
+// Work item x's coordinates in c: its (batch, kv head), GQA group and first packed row (no memory reads).
 template <class Problem, class Policy>
-FP8ATTN_DEVICE bool make_block(const FwdParams& p, int32_t x, int32_t split, BlockCtx& c) {
+FP8ATTN_DEVICE void block_coords(const FwdParams& p, int32_t x, BlockCtx& c) {
   c.group = static_cast<int32_t>(p.div_group.d);  // (the sizes of with_divisors' WorkGrid)
   const int32_t m_blocks = static_cast<int32_t>(p.div_m_blocks.d), n_bh = static_cast<int32_t>(p.div_bh.d);
   const int32_t hi = Problem::kHasMask ? p.div_bh.div(x) : p.div_m_blocks.div(x);
@@ -56,9 +55,14 @@ FP8ATTN_DEVICE bool make_block(const FwdParams& p, int32_t x, int32_t split, Blo
   const int32_t mb = Problem::kHasMask ? hi : x - hi * m_blocks;
   c.b = p.div_heads_k.div(bh);
   c.hkv = bh - c.b * p.num_heads_k;
-  c.seq = SeqInfo::make(p, c.b);
-  c.rows = c.seq.q_len * c.group;
   c.m0 = (m_blocks - 1 - mb) * Policy::kBlockM;
+}
+
+// The rest of c from its coordinates and c.seq (rows, mask, KV tile range of its split); false when
+// it has no rows (the grid covers the longest sequence).
+template <class Problem, class Policy>
+FP8ATTN_DEVICE bool block_range(const FwdParams& p, int32_t split, BlockCtx& c) {
+  c.rows = c.seq.q_len * c.group;
   if (c.m0 >= c.rows) return false;
   c.qrow0 = c.q_row(p, c.m0);
   c.qrow1 = c.q_row(p, min(c.m0 + Policy::kBlockM, c.rows) - 1) + 1;
@@ -71,6 +75,15 @@ FP8ATTN_DEVICE bool make_block(const FwdParams& p, int32_t x, int32_t split, Blo
   c.tile_begin = min(t_hi, t_lo + split * per);
   c.tile_end = min(t_hi, c.tile_begin + per);
   return true;
+}
+
+// The BlockCtx of work item (x, split) (sequence, rows, mask, KV tile range of its split); false
+// when it has no rows.
+template <class Problem, class Policy>
+FP8ATTN_DEVICE bool make_block(const FwdParams& p, int32_t x, int32_t split, BlockCtx& c) {
+  block_coords<Problem, Policy>(p, x, c);
+  c.seq = SeqInfo::make(p, c.b);
+  return block_range<Problem, Policy>(p, split, c);
 }
 
 FP8ATTN_DEVICE float p_scale_of(const FwdParams& p) { return p.p_scale_ptr ? *p.p_scale_ptr : p.p_scale_default; }
@@ -119,12 +132,12 @@ FP8ATTN_DEVICE void store_lse(const FwdParams& p, const BlockCtx& c, const Threa
 
 // The Epilogue call of every pipeline: the thread's rows of O (and lse) to out, or to the split
 // workspace when the KV range is split.
+// rs and ot: the row scales and output transform, from scales the caller read ahead.
 template <class Problem, class Policy>
 FP8ATTN_DEVICE void store_rows(const FwdParams& p, const BlockCtx& c, const ThreadRows<typename Policy::Tile>& tr,
-                               const FwdState<Policy>& st, int lane) {
+                               const FwdState<Policy>& st, const RowScales<Policy>& rs,
+                               const OutputTransform<Problem::kFp8>& ot, int lane) {
   using Tile = typename Policy::Tile;
-  const RowScales<Policy> rs(p, c, st);
-  const OutputTransform<Problem::kFp8> ot = OutputTransform<Problem::kFp8>::make(p);
   const bool split = p.num_splits > 1;
   // The O tile may cover columns past D (the AMD tile's 32-wide d blocks): those are not stored.
   constexpr bool kPadCols = Tile::o_cols(Problem::kHeadDim) != Problem::kHeadDim;
@@ -169,6 +182,12 @@ FP8ATTN_DEVICE void store_rows(const FwdParams& p, const BlockCtx& c, const Thre
       if (Tile::row_leader(lane)) p.lse_accum[row] = lse;
     }
   }
+}
+
+template <class Problem, class Policy>
+FP8ATTN_DEVICE void store_rows(const FwdParams& p, const BlockCtx& c, const ThreadRows<typename Policy::Tile>& tr,
+                               const FwdState<Policy>& st, int lane) {
+  store_rows<Problem, Policy>(p, c, tr, st, RowScales<Policy>(p, c, st), OutputTransform<Problem::kFp8>::make(p), lane);
 }
 
 // One block of the forward pass: the body of fwd_kernel and of the decode kernels' entry point
@@ -234,6 +253,8 @@ __global__ void __launch_bounds__(kCombineMaxThreads) fwd_combine_kernel(const _
   const int j = tid % cols, s0 = tid / cols;
   const float4* src = reinterpret_cast<const float4*>(p.o_accum + row0 * p.head_dim) + j;
   const int64_t step = split_stride * p.head_dim / 4;
+  // (Read before the wait: the forward grid waits for its predecessors before it lets this one start.)
+  const OutputTransform<K> ot = OutputTransform<K>::make(p);
   pdl_wait();  // the forward grid's lse_accum / o_accum (when launched as its programmatic dependent)
   float4 pre[kCombinePre];
 #pragma unroll
@@ -288,7 +309,6 @@ __global__ void __launch_bounds__(kCombineMaxThreads) fwd_combine_kernel(const _
       o.z += v.z;
       o.w += v.w;
     }
-    const OutputTransform<K> ot = OutputTransform<K>::make(p);
     const int64_t off = out_offset(p, b, qrow, h) + 4 * tid;
     const float inv_wsum = mx == -INFINITY ? 0.f : 1.f / wsum;
     ot.store(p.out, off, o.x * inv_wsum);

@@ -128,11 +128,54 @@ struct FwdPipelineNvDecode {
   static constexpr Fp8Kind kFp8 = Problem::kFp8;
   using SL = DecodeSLayout<kNR>;
 
-  // Q is loaded by run, after the first KV tiles are requested.
-  FP8ATTN_DEVICE static void load_q(const FwdParams&, const BlockCtx&, uint8_t*) {}
-  FP8ATTN_DEVICE static void prepare(uint8_t*) {}
-
   static constexpr bool kBulk = nv::kBulkCopy;
+
+  // This warp's ring mbarriers (sm_90) and the tensor maps' prefetch: before the programmatic-launch
+  // wait (decode_block), as they touch no memory another kernel writes.
+  FP8ATTN_DEVICE static uint64_t* init_ring(const FwdParams& p, uint8_t* smem) {
+    uint64_t* bars = reinterpret_cast<uint64_t*>(smem + Policy::kOffBar) + 8 * (threadIdx.x / 32);
+    if constexpr (kBulk) {
+      if (threadIdx.x % 32 == 0) {
+        for (int s = 0; s < kStages; ++s) nv::mbar_init(&bars[s], 1);
+        nv::fence_mbarrier_init();
+        if (p.kv_tma && threadIdx.x == 0) {
+          nv::prefetch_tensormap(p.k_tmap);
+          nv::prefetch_tensormap(p.v_tmap);
+        }
+      }
+      __syncwarp();
+    }
+    return bars;
+  }
+
+  // What a block reads before its first tile, requested together (one memory round trip where the
+  // lengths, then the first tiles' block-table entries, then the scales took three): the entries are
+  // those of this warp's keys of the split's first kStages + 1 tiles for a sequence of the call's
+  // longest lengths (max_seqlen_q / max_seqlen_k: right for the sequences that take longest; run
+  // reads them again for a split that begins elsewhere), clamped to the table's columns.
+  struct Early {
+    int32_t tile0;
+    int32_t entry[kStages + 1];
+    float p_scale, v_descale;
+    OutputTransform<kFp8> ot;
+  };
+  FP8ATTN_DEVICE static Early early(const FwdParams& p, const BlockCtx& coords, int32_t split) {
+    Early e;
+    BlockCtx s = coords;
+    s.seq.q_len = p.seqlen_q;
+    s.seq.k_len = p.seqlen_k;
+    e.tile0 = block_range<Problem, Policy>(p, split, s) ? s.tile_begin : -1;
+    const int32_t* blocks = p.block_table + static_cast<int64_t>(coords.b) * p.block_table_batch_stride;
+#pragma unroll
+    for (int i = 0; i <= kStages; ++i) {
+      const int32_t col = ((e.tile0 + i) * kBN + kKW * static_cast<int>(threadIdx.x / 32)) / max(p.page_block_size, 1);
+      e.entry[i] = p.kv_tma && e.tile0 >= 0 && p.block_table_cols > 0 ? blocks[min(col, p.block_table_cols - 1)] : 0;
+    }
+    e.p_scale = p_scale_of(p);
+    e.v_descale = v_descale_of(p, coords);
+    e.ot = OutputTransform<kFp8>::make(p);
+    return e;
+  }
 
   // Whether this warp's 16 keys of KV tile `tile` come as one TMA box (sm_90, a cache with tensor maps,
   // all 16 keys valid); in the swizzle (Policy::kSwizzle) when they do, and always before sm_90 (cp.async
@@ -361,33 +404,31 @@ struct FwdPipelineNvDecode {
 
   // This pipeline's lanes own other rows in the loop (DecodeRows) than in st (Sm89Tile's m16 rows,
   // after reduce).
-  FP8ATTN_DEVICE static void run(const FwdParams& p, const BlockCtx& c, const typename Policy::PQuant& pq,
-                                 uint8_t* smem, FwdState<Policy>& st) {
+  // bars: init_ring's; e: early's.
+  FP8ATTN_DEVICE static void run(const FwdParams& p, const BlockCtx& c, const Early& e, uint64_t* bars, uint8_t* smem,
+                                 FwdState<Policy>& st) {
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const uint8_t* sQ = smem + Policy::kOffQ;
     float* sRed = reinterpret_cast<float*>(smem + Policy::kOffRed);
     uint8_t* ring = smem + Policy::kOffRing;
     ring += (Policy::kRingAlign - nv::smem_addr(ring) % Policy::kRingAlign) % Policy::kRingAlign;
-    uint64_t* bars = reinterpret_cast<uint64_t*>(smem + Policy::kOffBar) + 8 * warp;  // this warp's ring
-    pdl_launch_dependents();  // the combine kernel may become resident now (it waits for this grid)
-    if constexpr (kBulk) {
-      if (lane == 0) {
-        for (int s = 0; s < kStages; ++s) nv::mbar_init(&bars[s], 1);
-        nv::fence_mbarrier_init();
-      }
-      __syncwarp();
-    }
+    const typename Policy::PQuant pq{1.f / e.p_scale};
     FP8ATTN_TRACE(kTraceDecodeStart);
     const int tiles = c.tile_end - c.tile_begin;
-    // The block-table entry of a tile's page box (TMA path) is read one tile load ahead of its copy.
+    // The block-table entry of a tile's page box (TMA path) is read one tile load ahead of its copy
+    // (the first kStages + 1 by early, when its guess of the split's first tile holds).
     const auto entry_of = [&](int tile) {
       const int32_t key0 = tile * kBN + kKW * warp;
       return p.kv_tma && key0 < c.seq.k_len ? c.seq.blocks[key0 / p.page_block_size] : 0;
     };
+    const bool guessed = c.tile_begin == e.tile0;
+    const auto first_entry = [&](int i) {
+      return guessed ? (c.tile_begin + i) * kBN + kKW * warp < c.seq.k_len ? e.entry[i] : 0 : entry_of(c.tile_begin + i);
+    };
     int32_t first[kStages];
 #pragma unroll
-    for (int i = 0; i < kStages; ++i) first[i] = entry_of(c.tile_begin + i);
-    int32_t ahead = entry_of(c.tile_begin + kStages);
+    for (int i = 0; i < kStages; ++i) first[i] = first_entry(i);
+    int32_t ahead = first_entry(kStages);
 #pragma unroll
     for (int i = 0; i < kStages; ++i) {
       if (i < tiles) load_kv(p, c, c.tile_begin + i, ring + i * Policy::kStageBytes, &bars[i], first[i]);
@@ -451,9 +492,36 @@ struct FwdPipelineNvDecode {
 #else
 #define FP8ATTN_DECODE_BOUNDS(Policy) __launch_bounds__(Policy::kThreads, Policy::kBlocksPerSm)
 #endif
+// fwd_block's steps in the order a decode block's latency wants: the ring set up before the
+// programmatic-launch wait, everything read before the first tile requested at once (early).
+template <class Problem, class Policy>
+FP8ATTN_DEVICE void decode_block(const FwdParams& p) {
+  using Pipe = FwdPipelineNvDecode<Problem, Policy>;
+  using Tile = typename Policy::Tile;
+  extern __shared__ __align__(128) uint8_t smem[];
+  FP8ATTN_TRACE(kTraceKernelStart);
+  uint64_t* bars = Pipe::init_ring(p, smem);
+  pdl_wait();  // the previous kernel's writes are visible from here (when launched as its dependent)
+  // The combine kernel may become resident now (it waits for this grid). Only after the wait: then
+  // whatever preceded this grid is complete when the combine starts.
+  pdl_launch_dependents();
+  BlockCtx c;
+  block_coords<Problem, Policy>(p, blockIdx.x, c);
+  const typename Pipe::Early e = Pipe::early(p, c, blockIdx.y);
+  c.seq = SeqInfo::make(p, c.b);
+  if (!block_range<Problem, Policy>(p, blockIdx.y, c)) return;
+  FwdState<Policy> st;
+  init_state(st);
+  Pipe::run(p, c, e, bars, smem, st);
+  ThreadRows<Tile> tr;
+  tr.init(p, c, threadIdx.x / 32, threadIdx.x % 32);
+  store_rows<Problem, Policy>(p, c, tr, st, RowScales<Policy>(st, e.p_scale, e.v_descale), e.ot, threadIdx.x % 32);
+  FP8ATTN_TRACE(kTraceRowsStored);
+}
+
 template <class Problem, class Policy>
 __global__ void FP8ATTN_DECODE_BOUNDS(Policy) fwd_kernel_decode(const __grid_constant__ FwdParams p) {
-  fwd_block<Problem, Policy, FwdPipelineNvDecode<Problem, Policy>>(p);
+  decode_block<Problem, Policy>(p);
 }
 #undef FP8ATTN_DECODE_BOUNDS
 
