@@ -255,6 +255,7 @@ __global__ void __launch_bounds__(kCombineMaxThreads) fwd_combine_kernel(const _
   const int64_t step = split_stride * p.head_dim / 4;
   // (Read before the wait: the forward grid waits for its predecessors before it lets this one start.)
   const OutputTransform<K> ot = OutputTransform<K>::make(p);
+  pdl_launch_dependents();  // a next decode call's blocks may become resident (they wait for this grid)
   pdl_wait();  // the forward grid's lse_accum / o_accum (when launched as its programmatic dependent)
   float4 pre[kCombinePre];
 #pragma unroll

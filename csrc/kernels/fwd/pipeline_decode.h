@@ -535,8 +535,8 @@ inline bool pdl_supported() {  // per device, cached (not a stream operation: fi
 }
 
 // The decode kernel of one (Problem, Policy): one block per (batch, kv head) and split (rows <=
-// kBlockM), then the combine kernel when split, as a programmatic dependent of the forward grid
-// (kDecodePdl; sm_90+ only).
+// kBlockM), then the combine kernel when split; each as a programmatic dependent of the kernel
+// before it (kDecodePdl; sm_90+ only), so that its blocks are resident when that one ends.
 template <class Problem, class Policy>
 void launch_decode_with(const FwdParams& p, cudaStream_t stream) {
   auto* kern = &fwd_kernel_decode<Problem, Policy>;
@@ -556,19 +556,23 @@ void launch_decode_with(const FwdParams& p, cudaStream_t stream) {
   (void)attr_err;
   const int64_t nx = static_cast<int64_t>(p.batch) * p.num_heads_k;
   if (nx == 0) return;
-  kern<<<dim3(static_cast<unsigned>(nx), p.num_splits), Policy::kThreads, Policy::kSmemBytes, stream>>>(q);
-  if (p.num_splits <= 1) return;
-  const int64_t items = static_cast<int64_t>(p.seqlen_q) * p.num_heads;
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(static_cast<unsigned>(items), p.batch);
-  cfg.blockDim = dim3(combine_threads(p));
-  cfg.stream = stream;
   cudaLaunchAttribute attr[1];
   attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(static_cast<unsigned>(nx), p.num_splits);
+  cfg.blockDim = dim3(Policy::kThreads);
+  cfg.dynamicSmemBytes = Policy::kSmemBytes;
+  cfg.stream = stream;
   cfg.attrs = attr;
   cfg.numAttrs = kDecodePdl && pdl_supported() ? 1 : 0;
-  (void)cudaLaunchKernelEx(&cfg, fwd_combine_kernel<Problem::kFp8>, p);  // errors: cudaGetLastError
+  (void)cudaLaunchKernelEx(&cfg, kern, q);  // errors: cudaGetLastError
+  if (p.num_splits <= 1) return;
+  const int64_t items = static_cast<int64_t>(p.seqlen_q) * p.num_heads;
+  cfg.gridDim = dim3(static_cast<unsigned>(items), p.batch);
+  cfg.blockDim = dim3(combine_threads(p));
+  cfg.dynamicSmemBytes = 0;
+  (void)cudaLaunchKernelEx(&cfg, fwd_combine_kernel<Problem::kFp8>, p);
 }
 
 }  // namespace fp8attn
