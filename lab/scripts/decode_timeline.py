@@ -71,7 +71,7 @@ def timeline(fn, calls: int, replays: int) -> dict:
             events = json.load(f)["traceEvents"]
     kernels = sorted((e for e in events if e.get("cat") == "kernel"), key=lambda e: e["ts"])
     dur, gap = collections.defaultdict(list), collections.defaultdict(list)
-    for prev, cur in zip(kernels, kernels[1:]):
+    for prev, cur in zip(kernels, kernels[1:], strict=False):
         gap[cur["name"]].append(cur["ts"] - (prev["ts"] + prev["dur"]))
     for e in kernels:
         dur[e["name"]].append(e["dur"])

@@ -292,6 +292,25 @@ def test_decode_split_merge(monkeypatch, splits, Sq):
     assert torch.equal(gout.view(torch.uint8), o2.view(torch.uint8)) and torch.equal(glse, l2)
 
 
+@pytest.mark.parametrize("splits", [1, 3, 16])
+def test_decode_loose_max_seqlen_k(monkeypatch, splits):
+    """A decode block reads its first block-table entries before the sequence's length, guessing the
+    longest (max_seqlen_k): a loose max_seqlen_k (as CUDA-graph callers pass) over a block table only
+    as wide as the sequences need must change nothing, bit for bit, at a fixed split count."""
+    need_dim(128)
+    monkeypatch.setenv("FP8ATTN_NUM_SPLITS", str(splits))
+    for Sq in (1, 4):
+        args, kw = make_case(layout="paged", B=4, Sq=Sq, Sk=1500, H=32, Hkv=8, causal=True, out_dtype=FN,
+                             seed=90 + splits + Sq)
+        assert kernel_of(*args, device=DEV, **kw).startswith("fwd_decode")
+        tight, tight_lse = call(*args, device=DEV, **kw)
+        loose, loose_lse = call(*args, device=DEV, **dict(kw, max_seqlen_k=8 * kw["max_seqlen_k"]))
+        assert torch.equal(tight.view(torch.uint8), loose.view(torch.uint8)) and torch.equal(tight_lse, loose_lse)
+        cout, _ = call(*args, device="cpu", **kw)
+        e_gpu, e_cpu = _rel_err_vs_ideal(loose, args, kw), _rel_err_vs_ideal(cout, args, kw)
+        assert e_gpu <= 1.25 * e_cpu + 1e-3, f"{splits} splits, Sq={Sq}: err {e_gpu:.4f} vs CPU {e_cpu:.4f}"
+
+
 def test_forced_splits_many(monkeypatch):
     need_dim(64)
     monkeypatch.setenv("FP8ATTN_NUM_SPLITS", "7")
