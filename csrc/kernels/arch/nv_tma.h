@@ -73,11 +73,6 @@ inline bool encode_page_map(void* map, const void* base, int d, int hkv, int blo
                           swizzle128 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_NONE);
 }
 
-// Fetches a tensor map (a kernel parameter) into the TMA unit's cache ahead of its first copy.
-FP8ATTN_DEVICE void prefetch_tensormap(const void* map) {
-  asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
-}
-
 // One box of the rank-4 `map` (a kernel parameter: __grid_constant__) at element coordinates
 // (c0 innermost .. c3) into shared memory (128-byte aligned; 1024 for the 128B swizzle), completed
 // on `bar` (sm_90+: callers branch on the architecture, like those of nv_wgmma.h's bulk copies).

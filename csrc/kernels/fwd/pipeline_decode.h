@@ -130,18 +130,14 @@ struct FwdPipelineNvDecode {
 
   static constexpr bool kBulk = nv::kBulkCopy;
 
-  // This warp's ring mbarriers (sm_90) and the tensor maps' prefetch: before the programmatic-launch
-  // wait (decode_block), as they touch no memory another kernel writes.
-  FP8ATTN_DEVICE static uint64_t* init_ring(const FwdParams& p, uint8_t* smem) {
+  // This warp's ring mbarriers (sm_90): before the programmatic-launch wait (decode_block), as they
+  // touch no memory another kernel writes.
+  FP8ATTN_DEVICE static uint64_t* init_ring(uint8_t* smem) {
     uint64_t* bars = reinterpret_cast<uint64_t*>(smem + Policy::kOffBar) + 8 * (threadIdx.x / 32);
     if constexpr (kBulk) {
       if (threadIdx.x % 32 == 0) {
         for (int s = 0; s < kStages; ++s) nv::mbar_init(&bars[s], 1);
         nv::fence_mbarrier_init();
-        if (p.kv_tma && threadIdx.x == 0) {
-          nv::prefetch_tensormap(p.k_tmap);
-          nv::prefetch_tensormap(p.v_tmap);
-        }
       }
       __syncwarp();
     }
@@ -500,7 +496,7 @@ FP8ATTN_DEVICE void decode_block(const FwdParams& p) {
   using Tile = typename Policy::Tile;
   extern __shared__ __align__(128) uint8_t smem[];
   FP8ATTN_TRACE(kTraceKernelStart);
-  uint64_t* bars = Pipe::init_ring(p, smem);
+  uint64_t* bars = Pipe::init_ring(smem);
   pdl_wait();  // the previous kernel's writes are visible from here (when launched as its dependent)
   // The combine kernel may become resident now (it waits for this grid). Only after the wait: then
   // whatever preceded this grid is complete when the combine starts.
