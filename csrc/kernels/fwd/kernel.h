@@ -132,12 +132,12 @@ FP8ATTN_DEVICE void store_lse(const FwdParams& p, const BlockCtx& c, const Threa
 
 // The Epilogue call of every pipeline: the thread's rows of O (and lse) to out, or to the split
 // workspace when the KV range is split.
-// rs and ot: the row scales and output transform, from scales the caller read ahead.
 template <class Problem, class Policy>
 FP8ATTN_DEVICE void store_rows(const FwdParams& p, const BlockCtx& c, const ThreadRows<typename Policy::Tile>& tr,
-                               const FwdState<Policy>& st, const RowScales<Policy>& rs,
-                               const OutputTransform<Problem::kFp8>& ot, int lane) {
+                               const FwdState<Policy>& st, int lane) {
   using Tile = typename Policy::Tile;
+  const RowScales<Policy> rs(p, c, st);
+  const OutputTransform<Problem::kFp8> ot = OutputTransform<Problem::kFp8>::make(p);
   const bool split = p.num_splits > 1;
   // The O tile may cover columns past D (the AMD tile's 32-wide d blocks): those are not stored.
   constexpr bool kPadCols = Tile::o_cols(Problem::kHeadDim) != Problem::kHeadDim;
@@ -182,12 +182,6 @@ FP8ATTN_DEVICE void store_rows(const FwdParams& p, const BlockCtx& c, const Thre
       if (Tile::row_leader(lane)) p.lse_accum[row] = lse;
     }
   }
-}
-
-template <class Problem, class Policy>
-FP8ATTN_DEVICE void store_rows(const FwdParams& p, const BlockCtx& c, const ThreadRows<typename Policy::Tile>& tr,
-                               const FwdState<Policy>& st, int lane) {
-  store_rows<Problem, Policy>(p, c, tr, st, RowScales<Policy>(p, c, st), OutputTransform<Problem::kFp8>::make(p), lane);
 }
 
 // One block of the forward pass: the body of fwd_kernel and of the decode kernels' entry point

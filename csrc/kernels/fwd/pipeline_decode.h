@@ -144,16 +144,16 @@ struct FwdPipelineNvDecode {
     return bars;
   }
 
-  // What a block reads before its first tile, requested together (one memory round trip where the
-  // lengths, then the first tiles' block-table entries, then the scales took three): the entries are
-  // those of this warp's keys of the split's first kStages + 1 tiles for a sequence of the call's
-  // longest lengths (max_seqlen_q / max_seqlen_k: right for the sequences that take longest; run
-  // reads them again for a split that begins elsewhere), clamped to the table's columns.
+  // What a block reads before its first tile, requested together with its lengths (one memory round
+  // trip where the lengths, then the first tiles' block-table entries, then p_scale took three): the
+  // entries are those of this warp's keys of the split's first kStages + 1 tiles for a sequence of the
+  // call's longest lengths (max_seqlen_q / max_seqlen_k: right for the sequences that take longest;
+  // run reads them again for a split that begins elsewhere), clamped to the table's columns. The
+  // epilogue's scales are only prefetched into L1 (held in registers, they spilled the tighter kernels).
   struct Early {
     int32_t tile0;
     int32_t entry[kStages + 1];
-    float p_scale, v_descale;
-    OutputTransform<kFp8> ot;
+    float p_scale;
   };
   FP8ATTN_DEVICE static Early early(const FwdParams& p, const BlockCtx& coords, int32_t split) {
     Early e;
@@ -168,8 +168,8 @@ struct FwdPipelineNvDecode {
       e.entry[i] = p.kv_tma && e.tile0 >= 0 && p.block_table_cols > 0 ? blocks[min(col, p.block_table_cols - 1)] : 0;
     }
     e.p_scale = p_scale_of(p);
-    e.v_descale = v_descale_of(p, coords);
-    e.ot = OutputTransform<kFp8>::make(p);
+    if (p.v_descale) nv::prefetch_l1(p.v_descale + coords.hkv * p.v_descale_head_stride);
+    if (p.out_scale) nv::prefetch_l1(p.out_scale);
     return e;
   }
 
@@ -511,7 +511,7 @@ FP8ATTN_DEVICE void decode_block(const FwdParams& p) {
   Pipe::run(p, c, e, bars, smem, st);
   ThreadRows<Tile> tr;
   tr.init(p, c, threadIdx.x / 32, threadIdx.x % 32);
-  store_rows<Problem, Policy>(p, c, tr, st, RowScales<Policy>(st, e.p_scale, e.v_descale), e.ot, threadIdx.x % 32);
+  store_rows<Problem, Policy>(p, c, tr, st, threadIdx.x % 32);
   FP8ATTN_TRACE(kTraceRowsStored);
 }
 
