@@ -385,7 +385,6 @@ void fill_params(const FwdArgs& a, const Layout& L, const IndexInfo& info, FwdPa
   if (L.paged) {
     p.block_table = a.block_table->data_ptr<int32_t>();
     p.block_table_batch_stride = a.block_table->stride(0);
-    p.block_table_cols = static_cast<int32_t>(std::min(a.block_table->size(1), kInt32Max));
     p.page_block_size = static_cast<int32_t>(k.size(1));
     p.num_cache_blocks = static_cast<int32_t>(k.size(0));
   }

@@ -38,7 +38,6 @@ struct FwdParams {
   const int32_t* seqused_k = nullptr;     // [B] or null: number of keys used per batch
   const int32_t* block_table = nullptr;   // [B, max_blocks] or null (not paged)
   int64_t block_table_batch_stride = 0;
-  int32_t block_table_cols = 0;  // its columns (the decode kernels read entries ahead of the lengths)
   int32_t page_block_size = 0;  // tokens per cache block when paged
   int32_t num_cache_blocks = 0;  // blocks in the cache, for bounds
 

@@ -114,9 +114,6 @@ FP8ATTN_DEVICE void pdl_wait() {
 #endif
 }
 
-// Brings the line of `addr` into L1 (no register: a load of it later hits L1 instead of L2).
-FP8ATTN_DEVICE void prefetch_l1(const void* addr) { asm volatile("prefetch.global.L1 [%0];\n" ::"l"(addr)); }
-
 // D(16x8, f32) += A(16x16, f16, row) * B(16x8, f16, col): lane (g, t) holds a[0] = A[g][2t..2t+1],
 // a[1] = A[g+8][2t..], a[2] = A[g][8+2t..], a[3] = A[g+8][8+2t..]; b[0] = B[2t..2t+1][g], b[1] = B[8+2t..][g].
 struct MmaF16 {

@@ -45,9 +45,10 @@ FwdParams with_divisors(const FwdParams& p) {
   return q;
 }
 
-// Work item x's coordinates in c: its (batch, kv head), GQA group and first packed row (no memory reads).
+// The BlockCtx of work item (x, split) (sequence, rows, mask, KV tile range of its split); false
+// when it has no rows (the grid covers the longest sequence).
 template <class Problem, class Policy>
-FP8ATTN_DEVICE void block_coords(const FwdParams& p, int32_t x, BlockCtx& c) {
+FP8ATTN_DEVICE bool make_block(const FwdParams& p, int32_t x, int32_t split, BlockCtx& c) {
   c.group = static_cast<int32_t>(p.div_group.d);  // (the sizes of with_divisors' WorkGrid)
   const int32_t m_blocks = static_cast<int32_t>(p.div_m_blocks.d), n_bh = static_cast<int32_t>(p.div_bh.d);
   const int32_t hi = Problem::kHasMask ? p.div_bh.div(x) : p.div_m_blocks.div(x);
@@ -55,14 +56,9 @@ FP8ATTN_DEVICE void block_coords(const FwdParams& p, int32_t x, BlockCtx& c) {
   const int32_t mb = Problem::kHasMask ? hi : x - hi * m_blocks;
   c.b = p.div_heads_k.div(bh);
   c.hkv = bh - c.b * p.num_heads_k;
-  c.m0 = (m_blocks - 1 - mb) * Policy::kBlockM;
-}
-
-// The rest of c from its coordinates and c.seq (rows, mask, KV tile range of its split); false when
-// it has no rows (the grid covers the longest sequence).
-template <class Problem, class Policy>
-FP8ATTN_DEVICE bool block_range(const FwdParams& p, int32_t split, BlockCtx& c) {
+  c.seq = SeqInfo::make(p, c.b);
   c.rows = c.seq.q_len * c.group;
+  c.m0 = (m_blocks - 1 - mb) * Policy::kBlockM;
   if (c.m0 >= c.rows) return false;
   c.qrow0 = c.q_row(p, c.m0);
   c.qrow1 = c.q_row(p, min(c.m0 + Policy::kBlockM, c.rows) - 1) + 1;
@@ -75,15 +71,6 @@ FP8ATTN_DEVICE bool block_range(const FwdParams& p, int32_t split, BlockCtx& c) 
   c.tile_begin = min(t_hi, t_lo + split * per);
   c.tile_end = min(t_hi, c.tile_begin + per);
   return true;
-}
-
-// The BlockCtx of work item (x, split) (sequence, rows, mask, KV tile range of its split); false
-// when it has no rows.
-template <class Problem, class Policy>
-FP8ATTN_DEVICE bool make_block(const FwdParams& p, int32_t x, int32_t split, BlockCtx& c) {
-  block_coords<Problem, Policy>(p, x, c);
-  c.seq = SeqInfo::make(p, c.b);
-  return block_range<Problem, Policy>(p, split, c);
 }
 
 FP8ATTN_DEVICE float p_scale_of(const FwdParams& p) { return p.p_scale_ptr ? *p.p_scale_ptr : p.p_scale_default; }
@@ -247,9 +234,6 @@ __global__ void __launch_bounds__(kCombineMaxThreads) fwd_combine_kernel(const _
   const int j = tid % cols, s0 = tid / cols;
   const float4* src = reinterpret_cast<const float4*>(p.o_accum + row0 * p.head_dim) + j;
   const int64_t step = split_stride * p.head_dim / 4;
-  // (Read before the wait: the forward grid waits for its predecessors before it lets this one start.)
-  const OutputTransform<K> ot = OutputTransform<K>::make(p);
-  pdl_launch_dependents();  // a next decode call's blocks may become resident (they wait for this grid)
   pdl_wait();  // the forward grid's lse_accum / o_accum (when launched as its programmatic dependent)
   float4 pre[kCombinePre];
 #pragma unroll
@@ -304,6 +288,7 @@ __global__ void __launch_bounds__(kCombineMaxThreads) fwd_combine_kernel(const _
       o.z += v.z;
       o.w += v.w;
     }
+    const OutputTransform<K> ot = OutputTransform<K>::make(p);
     const int64_t off = out_offset(p, b, qrow, h) + 4 * tid;
     const float inv_wsum = mx == -INFINITY ? 0.f : 1.f / wsum;
     ot.store(p.out, off, o.x * inv_wsum);

@@ -128,50 +128,11 @@ struct FwdPipelineNvDecode {
   static constexpr Fp8Kind kFp8 = Problem::kFp8;
   using SL = DecodeSLayout<kNR>;
 
+  // Q is loaded by run, after the first KV tiles are requested.
+  FP8ATTN_DEVICE static void load_q(const FwdParams&, const BlockCtx&, uint8_t*) {}
+  FP8ATTN_DEVICE static void prepare(uint8_t*) {}
+
   static constexpr bool kBulk = nv::kBulkCopy;
-
-  // This warp's ring mbarriers (sm_90): before the programmatic-launch wait (decode_block), as they
-  // touch no memory another kernel writes.
-  FP8ATTN_DEVICE static uint64_t* init_ring(uint8_t* smem) {
-    uint64_t* bars = reinterpret_cast<uint64_t*>(smem + Policy::kOffBar) + 8 * (threadIdx.x / 32);
-    if constexpr (kBulk) {
-      if (threadIdx.x % 32 == 0) {
-        for (int s = 0; s < kStages; ++s) nv::mbar_init(&bars[s], 1);
-        nv::fence_mbarrier_init();
-      }
-      __syncwarp();
-    }
-    return bars;
-  }
-
-  // What a block reads before its first tile, requested together with its lengths (one memory round
-  // trip where the lengths, then the first tiles' block-table entries, then p_scale took three): the
-  // entries are those of this warp's keys of the split's first kStages + 1 tiles for a sequence of the
-  // call's longest lengths (max_seqlen_q / max_seqlen_k: right for the sequences that take longest;
-  // run reads them again for a split that begins elsewhere), clamped to the table's columns. The
-  // epilogue's scales are only prefetched into L1 (held in registers, they spilled the tighter kernels).
-  struct Early {
-    int32_t tile0;
-    int32_t entry[kStages + 1];
-    float p_scale;
-  };
-  FP8ATTN_DEVICE static Early early(const FwdParams& p, const BlockCtx& coords, int32_t split) {
-    Early e;
-    BlockCtx s = coords;
-    s.seq.q_len = p.seqlen_q;
-    s.seq.k_len = p.seqlen_k;
-    e.tile0 = block_range<Problem, Policy>(p, split, s) ? s.tile_begin : -1;
-    const int32_t* blocks = p.block_table + static_cast<int64_t>(coords.b) * p.block_table_batch_stride;
-#pragma unroll
-    for (int i = 0; i <= kStages; ++i) {
-      const int32_t col = ((e.tile0 + i) * kBN + kKW * static_cast<int>(threadIdx.x / 32)) / max(p.page_block_size, 1);
-      e.entry[i] = p.kv_tma && e.tile0 >= 0 && p.block_table_cols > 0 ? blocks[min(col, p.block_table_cols - 1)] : 0;
-    }
-    e.p_scale = p_scale_of(p);
-    if (p.v_descale) nv::prefetch_l1(p.v_descale + coords.hkv * p.v_descale_head_stride);
-    if (p.out_scale) nv::prefetch_l1(p.out_scale);
-    return e;
-  }
 
   // Whether this warp's 16 keys of KV tile `tile` come as one TMA box (sm_90, a cache with tensor maps,
   // all 16 keys valid); in the swizzle (Policy::kSwizzle) when they do, and always before sm_90 (cp.async
@@ -400,31 +361,33 @@ struct FwdPipelineNvDecode {
 
   // This pipeline's lanes own other rows in the loop (DecodeRows) than in st (Sm89Tile's m16 rows,
   // after reduce).
-  // bars: init_ring's; e: early's.
-  FP8ATTN_DEVICE static void run(const FwdParams& p, const BlockCtx& c, const Early& e, uint64_t* bars, uint8_t* smem,
-                                 FwdState<Policy>& st) {
+  FP8ATTN_DEVICE static void run(const FwdParams& p, const BlockCtx& c, const typename Policy::PQuant& pq,
+                                 uint8_t* smem, FwdState<Policy>& st) {
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const uint8_t* sQ = smem + Policy::kOffQ;
     float* sRed = reinterpret_cast<float*>(smem + Policy::kOffRed);
     uint8_t* ring = smem + Policy::kOffRing;
     ring += (Policy::kRingAlign - nv::smem_addr(ring) % Policy::kRingAlign) % Policy::kRingAlign;
-    const typename Policy::PQuant pq{1.f / e.p_scale};
+    uint64_t* bars = reinterpret_cast<uint64_t*>(smem + Policy::kOffBar) + 8 * warp;  // this warp's ring
+    pdl_launch_dependents();  // the combine kernel may become resident now (it waits for this grid)
+    if constexpr (kBulk) {
+      if (lane == 0) {
+        for (int s = 0; s < kStages; ++s) nv::mbar_init(&bars[s], 1);
+        nv::fence_mbarrier_init();
+      }
+      __syncwarp();
+    }
     FP8ATTN_TRACE(kTraceDecodeStart);
     const int tiles = c.tile_end - c.tile_begin;
-    // The block-table entry of a tile's page box (TMA path) is read one tile load ahead of its copy
-    // (the first kStages + 1 by early, when its guess of the split's first tile holds).
+    // The block-table entry of a tile's page box (TMA path) is read one tile load ahead of its copy.
     const auto entry_of = [&](int tile) {
       const int32_t key0 = tile * kBN + kKW * warp;
       return p.kv_tma && key0 < c.seq.k_len ? c.seq.blocks[key0 / p.page_block_size] : 0;
     };
-    const bool guessed = c.tile_begin == e.tile0;
-    const auto first_entry = [&](int i) {
-      return guessed ? (c.tile_begin + i) * kBN + kKW * warp < c.seq.k_len ? e.entry[i] : 0 : entry_of(c.tile_begin + i);
-    };
     int32_t first[kStages];
 #pragma unroll
-    for (int i = 0; i < kStages; ++i) first[i] = first_entry(i);
-    int32_t ahead = first_entry(kStages);
+    for (int i = 0; i < kStages; ++i) first[i] = entry_of(c.tile_begin + i);
+    int32_t ahead = entry_of(c.tile_begin + kStages);
 #pragma unroll
     for (int i = 0; i < kStages; ++i) {
       if (i < tiles) load_kv(p, c, c.tile_begin + i, ring + i * Policy::kStageBytes, &bars[i], first[i]);
@@ -488,36 +451,9 @@ struct FwdPipelineNvDecode {
 #else
 #define FP8ATTN_DECODE_BOUNDS(Policy) __launch_bounds__(Policy::kThreads, Policy::kBlocksPerSm)
 #endif
-// fwd_block's steps in the order a decode block's latency wants: the ring set up before the
-// programmatic-launch wait, everything read before the first tile requested at once (early).
-template <class Problem, class Policy>
-FP8ATTN_DEVICE void decode_block(const FwdParams& p) {
-  using Pipe = FwdPipelineNvDecode<Problem, Policy>;
-  using Tile = typename Policy::Tile;
-  extern __shared__ __align__(128) uint8_t smem[];
-  FP8ATTN_TRACE(kTraceKernelStart);
-  uint64_t* bars = Pipe::init_ring(smem);
-  pdl_wait();  // the previous kernel's writes are visible from here (when launched as its dependent)
-  // The combine kernel may become resident now (it waits for this grid). Only after the wait: then
-  // whatever preceded this grid is complete when the combine starts.
-  pdl_launch_dependents();
-  BlockCtx c;
-  block_coords<Problem, Policy>(p, blockIdx.x, c);
-  const typename Pipe::Early e = Pipe::early(p, c, blockIdx.y);
-  c.seq = SeqInfo::make(p, c.b);
-  if (!block_range<Problem, Policy>(p, blockIdx.y, c)) return;
-  FwdState<Policy> st;
-  init_state(st);
-  Pipe::run(p, c, e, bars, smem, st);
-  ThreadRows<Tile> tr;
-  tr.init(p, c, threadIdx.x / 32, threadIdx.x % 32);
-  store_rows<Problem, Policy>(p, c, tr, st, threadIdx.x % 32);
-  FP8ATTN_TRACE(kTraceRowsStored);
-}
-
 template <class Problem, class Policy>
 __global__ void FP8ATTN_DECODE_BOUNDS(Policy) fwd_kernel_decode(const __grid_constant__ FwdParams p) {
-  decode_block<Problem, Policy>(p);
+  fwd_block<Problem, Policy, FwdPipelineNvDecode<Problem, Policy>>(p);
 }
 #undef FP8ATTN_DECODE_BOUNDS
 
@@ -531,8 +467,8 @@ inline bool pdl_supported() {  // per device, cached (not a stream operation: fi
 }
 
 // The decode kernel of one (Problem, Policy): one block per (batch, kv head) and split (rows <=
-// kBlockM), then the combine kernel when split; each as a programmatic dependent of the kernel
-// before it (kDecodePdl; sm_90+ only), so that its blocks are resident when that one ends.
+// kBlockM), then the combine kernel when split, as a programmatic dependent of the forward grid
+// (kDecodePdl; sm_90+ only).
 template <class Problem, class Policy>
 void launch_decode_with(const FwdParams& p, cudaStream_t stream) {
   auto* kern = &fwd_kernel_decode<Problem, Policy>;
@@ -552,23 +488,19 @@ void launch_decode_with(const FwdParams& p, cudaStream_t stream) {
   (void)attr_err;
   const int64_t nx = static_cast<int64_t>(p.batch) * p.num_heads_k;
   if (nx == 0) return;
+  kern<<<dim3(static_cast<unsigned>(nx), p.num_splits), Policy::kThreads, Policy::kSmemBytes, stream>>>(q);
+  if (p.num_splits <= 1) return;
+  const int64_t items = static_cast<int64_t>(p.seqlen_q) * p.num_heads;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(static_cast<unsigned>(items), p.batch);
+  cfg.blockDim = dim3(combine_threads(p));
+  cfg.stream = stream;
   cudaLaunchAttribute attr[1];
   attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(static_cast<unsigned>(nx), p.num_splits);
-  cfg.blockDim = dim3(Policy::kThreads);
-  cfg.dynamicSmemBytes = Policy::kSmemBytes;
-  cfg.stream = stream;
   cfg.attrs = attr;
   cfg.numAttrs = kDecodePdl && pdl_supported() ? 1 : 0;
-  (void)cudaLaunchKernelEx(&cfg, kern, q);  // errors: cudaGetLastError
-  if (p.num_splits <= 1) return;
-  const int64_t items = static_cast<int64_t>(p.seqlen_q) * p.num_heads;
-  cfg.gridDim = dim3(static_cast<unsigned>(items), p.batch);
-  cfg.blockDim = dim3(combine_threads(p));
-  cfg.dynamicSmemBytes = 0;
-  (void)cudaLaunchKernelEx(&cfg, fwd_combine_kernel<Problem::kFp8>, p);
+  (void)cudaLaunchKernelEx(&cfg, fwd_combine_kernel<Problem::kFp8>, p);  // errors: cudaGetLastError
 }
 
 }  // namespace fp8attn
