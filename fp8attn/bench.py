@@ -256,9 +256,9 @@ def bench_varlen(cfg, args, peers):
     return row
 
 
-def bench_decode(cfg, args, peers):
-    B, ctx, H, Hkv, D, qlen = cfg
-    page = 16
+def paged_decode_case(B, ctx, H, Hkv, D, qlen, page=16):
+    """One decode call as the benchmark times it: q [B*qlen, H, D] and a paged FP8 K/V cache of `page`-token
+    blocks (shuffled block table, every sequence ctx keys), as (q, k cache, v cache, forward's keywords)."""
     gen = torch.Generator(device="cuda").manual_seed(2)
     nb = B * ctx // page
     kc = torch.randn(nb, page, Hkv, D, device="cuda", generator=gen).to(FN)
@@ -269,16 +269,21 @@ def bench_decode(cfg, args, peers):
     cu_q = torch.arange(0, B * qlen + 1, qlen, dtype=torch.int32, device="cuda")
     ps, osc = torch.tensor([P_SCALE], device="cuda"), torch.tensor([OUT_SCALE], device="cuda")
     out = torch.empty(B * qlen, H, D, device="cuda", dtype=FN)
-    fn = lambda: fp8attn.forward(q8, kc, vc, cu_seqlens_q=cu_q, max_seqlen_q=qlen, max_seqlen_k=ctx,  # noqa: E731
-                                 seqused_k=seqused, block_table=bt, causal=True, p_scale=ps, out_scale=osc, out=out)
+    return q8, kc, vc, dict(cu_seqlens_q=cu_q, max_seqlen_q=qlen, max_seqlen_k=ctx, seqused_k=seqused,
+                            block_table=bt, causal=True, p_scale=ps, out_scale=osc, out=out)
+
+
+def bench_decode(cfg, args, peers):
+    B, ctx, H, Hkv, D, qlen = cfg
+    q8, kc, vc, call = paged_decode_case(B, ctx, H, Hkv, D, qlen)
+    bt, out = call["block_table"], call["out"]
+    fn = lambda: fp8attn.forward(q8, kc, vc, **call)  # noqa: E731
     t_eager = time_ms(fn, args.warmup, args.reps)
     t = graph_time_ms(fn, args.warmup, args.reps)
     kv_bytes = 2 * B * ctx * Hkv * D
     row = dict(kind="decode", B=B, H=H, Hkv=Hkv, Sq=qlen, Sk=ctx, D=D, causal=True, fp8attn=kv_bytes / t / 1e6,
                fp8attn_ms=t, fp8attn_eager=kv_bytes / t_eager / 1e6, timing="cuda-graph",
-               kernel=fp8attn.kernel_name(q8, kc, vc, cu_seqlens_q=cu_q, max_seqlen_q=qlen,
-                                                        max_seqlen_k=ctx, seqused_k=seqused, block_table=bt,
-                                                        causal=True, p_scale=ps, out_scale=osc, out=out))
+               kernel=fp8attn.kernel_name(q8, kc, vc, **call))
     k0 = kc[bt[0].long()].reshape(1, ctx, Hkv, D).float()
     v0 = vc[bt[0].long()].reshape(1, ctx, Hkv, D).float()
     ref = ideal(q8[:qlen].float()[None], k0, v0, True, 1 / math.sqrt(D))

@@ -1,5 +1,5 @@
 """Where a decode call's time goes: kernel durations and the gaps between them, inside CUDA-graph
-replays of back-to-back calls (as fp8attn.bench times decode), from torch.profiler's CUPTI records.
+replays of back-to-back calls (fp8attn.bench's decode calls, as it times them), from torch.profiler's CUPTI records.
 
     python3 lab/scripts/decode_timeline.py [--shapes B,ctx,Hq,Hkv,D,qlen ...] [--calls 20] [--out FILE]
 
@@ -19,24 +19,9 @@ import tempfile
 import torch
 
 import fp8attn
+from fp8attn.bench import paged_decode_case
 
-FN = torch.float8_e4m3fn
 DEFAULT = ["1,32768,32,8,128,1", "8,8192,32,8,128,1", "1,1024,32,8,128,1", "8,8192,32,8,128,4"]
-
-
-def make_call(B: int, ctx: int, H: int, Hkv: int, D: int, qlen: int, page: int = 16):
-    gen = torch.Generator(device="cuda").manual_seed(2)
-    nb = B * ctx // page
-    kc = torch.randn(nb, page, Hkv, D, device="cuda", generator=gen).to(FN)
-    vc = torch.randn(nb, page, Hkv, D, device="cuda", generator=gen).to(FN)
-    bt = torch.randperm(nb, device="cuda", generator=gen).to(torch.int32).view(B, ctx // page)
-    seqused = torch.full((B,), ctx, dtype=torch.int32, device="cuda")
-    q8 = torch.randn(B * qlen, H, D, device="cuda", generator=gen).to(FN)
-    cu_q = torch.arange(0, B * qlen + 1, qlen, dtype=torch.int32, device="cuda")
-    ps, osc = torch.tensor([1.0 / 448], device="cuda"), torch.tensor([0.05], device="cuda")
-    out = torch.empty(B * qlen, H, D, device="cuda", dtype=FN)
-    return lambda: fp8attn.forward(q8, kc, vc, cu_seqlens_q=cu_q, max_seqlen_q=qlen, max_seqlen_k=ctx,
-                                   seqused_k=seqused, block_table=bt, causal=True, p_scale=ps, out_scale=osc, out=out)
 
 
 def timeline(fn, calls: int, replays: int) -> dict:
@@ -90,7 +75,8 @@ def main() -> None:
     res = {}
     for spec in args.shapes:
         B, ctx, H, Hkv, D, qlen = (int(x) for x in spec.split(","))
-        r = timeline(make_call(B, ctx, H, Hkv, D, qlen), args.calls, args.replays)
+        q, k, v, call = paged_decode_case(B, ctx, H, Hkv, D, qlen)
+        r = timeline(lambda: fp8attn.forward(q, k, v, **call), args.calls, args.replays)  # noqa: B023
         kv_mb = 2 * B * ctx * Hkv * D / 1e6
         print(f"{spec}: {r['per_call_us']:.1f} us/call ({kv_mb / r['per_call_us']:.0f} GB/s), "
               f"{r['kernels_per_call']:.2f} kernels/call")
