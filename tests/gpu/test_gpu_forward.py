@@ -294,9 +294,8 @@ def test_decode_split_merge(monkeypatch, splits, Sq):
 
 @pytest.mark.parametrize("splits", [1, 3, 16])
 def test_decode_loose_max_seqlen_k(monkeypatch, splits):
-    """A decode block reads its first block-table entries before the sequence's length, guessing the
-    longest (max_seqlen_k): a loose max_seqlen_k (as CUDA-graph callers pass) over a block table only
-    as wide as the sequences need must change nothing, bit for bit, at a fixed split count."""
+    """max_seqlen_k is only a bound: a loose one (as CUDA-graph callers pass) over a block table only as
+    wide as the sequences need changes nothing, bit for bit, at a fixed split count."""
     need_dim(128)
     monkeypatch.setenv("FP8ATTN_NUM_SPLITS", str(splits))
     for Sq in (1, 4):
