@@ -168,6 +168,7 @@ Layout check_layout(const FwdArgs& a) {
   check_fits_int32(k.size(0), "k.shape[0]");
   check_fits_int32(k.size(1), "k.shape[1]");
   check_fits_int32(L.H, "the number of q heads");
+  if (L.paged) check_fits_int32(a.block_table->size(1), "block_table.shape[1]");
   return L;
 }
 
@@ -385,6 +386,7 @@ void fill_params(const FwdArgs& a, const Layout& L, const IndexInfo& info, FwdPa
   if (L.paged) {
     p.block_table = a.block_table->data_ptr<int32_t>();
     p.block_table_batch_stride = a.block_table->stride(0);
+    p.block_table_cols = static_cast<int32_t>(a.block_table->size(1));
     p.page_block_size = static_cast<int32_t>(k.size(1));
     p.num_cache_blocks = static_cast<int32_t>(k.size(0));
   }

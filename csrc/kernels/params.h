@@ -38,6 +38,7 @@ struct FwdParams {
   const int32_t* seqused_k = nullptr;     // [B] or null: number of keys used per batch
   const int32_t* block_table = nullptr;   // [B, max_blocks] or null (not paged)
   int64_t block_table_batch_stride = 0;
+  int32_t block_table_cols = 0;  // entries per row (0: unknown; the decode kernels then read only what they use)
   int32_t page_block_size = 0;  // tokens per cache block when paged
   int32_t num_cache_blocks = 0;  // blocks in the cache, for bounds
 
@@ -92,7 +93,7 @@ struct FwdParams {
   // (batch, kv head) count of the grid, its x extent), filled by the launcher (fwd/kernel.h,
   // with_divisors: the m blocks depend on the kernel's block rows); the kernels read those sizes
   // back from them (FastDiv::d).
-  FastDiv div_group, div_heads_k, div_m_blocks, div_bh, div_items;
+  FastDiv div_group, div_heads_k, div_m_blocks, div_bh, div_items, div_page;  // div_page: page_block_size (paged)
   alignas(64) unsigned char k_tmap[128] = {};
   alignas(64) unsigned char v_tmap[128] = {};
 };

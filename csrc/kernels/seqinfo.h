@@ -8,6 +8,17 @@
 
 namespace fp8attn {
 
+// The length entries of sequence b (0 where the call has none), read together: a kernel that issues this
+// first and uses it later waits for one memory round trip, overlapped with what it does in between.
+struct SeqLens {
+  int32_t q0, q1, k0, k1, used;  // cu_seqlens_q[b], [b + 1], cu_seqlens_k[b], [b + 1], seqused_k[b]
+  FP8ATTN_HD static SeqLens load(const FwdParams& p, int32_t b) {
+    return {p.cu_seqlens_q ? p.cu_seqlens_q[b] : 0, p.cu_seqlens_q ? p.cu_seqlens_q[b + 1] : 0,
+            p.cu_seqlens_k ? p.cu_seqlens_k[b] : 0, p.cu_seqlens_k ? p.cu_seqlens_k[b + 1] : 0,
+            p.seqused_k ? p.seqused_k[b] : 0};
+  }
+};
+
 struct SeqInfo {
   int32_t q_len = 0;
   int32_t k_len = 0;
@@ -18,14 +29,16 @@ struct SeqInfo {
   int64_t v_offset = 0;
   const int32_t* blocks = nullptr;  // paged: this sequence's row of the block table
 
-  FP8ATTN_HD static SeqInfo make(const FwdParams& p, int32_t b) {
+  FP8ATTN_HD static SeqInfo make(const FwdParams& p, int32_t b) { return of(p, b, SeqLens::load(p, b)); }
+  // From the sequence's lengths, read before (SeqLens::load).
+  FP8ATTN_HD static SeqInfo of(const FwdParams& p, int32_t b, const SeqLens& l) {
+    const int32_t q0 = l.q0, q1 = l.q1, k0 = l.k0, k1 = l.k1, used = l.used;
     SeqInfo s;
     if (p.cu_seqlens_q) {
-      const int32_t start = p.cu_seqlens_q[b];
-      s.q_len = p.cu_seqlens_q[b + 1] - start;
-      s.q_offset = static_cast<int64_t>(start) * p.q_row_stride;
-      s.o_offset = static_cast<int64_t>(start) * p.o_row_stride;
-      s.lse_offset = start * p.lse_row_stride;
+      s.q_len = q1 - q0;
+      s.q_offset = static_cast<int64_t>(q0) * p.q_row_stride;
+      s.o_offset = static_cast<int64_t>(q0) * p.o_row_stride;
+      s.lse_offset = q0 * p.lse_row_stride;
     } else {
       s.q_len = p.seqlen_q;
       s.q_offset = static_cast<int64_t>(b) * p.q_batch_stride;
@@ -34,14 +47,13 @@ struct SeqInfo {
     }
     if (p.block_table) {
       s.blocks = p.block_table + static_cast<int64_t>(b) * p.block_table_batch_stride;
-      s.k_len = p.seqused_k ? p.seqused_k[b] : p.cu_seqlens_k[b + 1] - p.cu_seqlens_k[b];
+      s.k_len = p.seqused_k ? used : k1 - k0;
     } else if (p.cu_seqlens_k) {
-      const int32_t start = p.cu_seqlens_k[b];
-      s.k_len = p.seqused_k ? p.seqused_k[b] : p.cu_seqlens_k[b + 1] - start;
-      s.k_offset = static_cast<int64_t>(start) * p.k_row_stride;
-      s.v_offset = static_cast<int64_t>(start) * p.v_row_stride;
+      s.k_len = p.seqused_k ? used : k1 - k0;
+      s.k_offset = static_cast<int64_t>(k0) * p.k_row_stride;
+      s.v_offset = static_cast<int64_t>(k0) * p.v_row_stride;
     } else {
-      s.k_len = p.seqused_k ? p.seqused_k[b] : p.seqlen_k;
+      s.k_len = p.seqused_k ? used : p.seqlen_k;
       s.k_offset = static_cast<int64_t>(b) * p.k_batch_stride;
       s.v_offset = static_cast<int64_t>(b) * p.v_batch_stride;
     }

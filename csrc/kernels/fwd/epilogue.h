@@ -17,10 +17,12 @@ struct OutputTransform {
   ElemType type;
   float inv_out_scale;
 
-  FP8ATTN_HD static OutputTransform make(const FwdParams& p) {
+  FP8ATTN_HD static OutputTransform make(const FwdParams& p) { return make(p, p.out_scale ? *p.out_scale : 1.f); }
+  // With *p.out_scale already loaded (1 when null).
+  FP8ATTN_HD static OutputTransform make(const FwdParams& p, float out_scale) {
     OutputTransform o;
     o.type = p.out_type;
-    o.inv_out_scale = p.out_scale ? 1.f / *p.out_scale : 1.f;
+    o.inv_out_scale = 1.f / out_scale;
     return o;
   }
   FP8ATTN_HD void store(void* out, int64_t off, float x) const {

@@ -42,13 +42,13 @@ FwdParams with_divisors(const FwdParams& p) {
   q.div_m_blocks = of(w.m_blocks);
   q.div_bh = of(w.n_bh);
   q.div_items = of(w.items());
+  q.div_page = of(p.page_block_size);
   return q;
 }
 
-// The BlockCtx of work item (x, split) (sequence, rows, mask, KV tile range of its split); false
-// when it has no rows (the grid covers the longest sequence).
+// The ids of work item (x, split): batch, kv head, first packed row, split (no memory reads).
 template <class Problem, class Policy>
-FP8ATTN_DEVICE bool make_block(const FwdParams& p, int32_t x, int32_t split, BlockCtx& c) {
+FP8ATTN_DEVICE void block_ids(const FwdParams& p, int32_t x, int32_t split, BlockCtx& c) {
   c.group = static_cast<int32_t>(p.div_group.d);  // (the sizes of with_divisors' WorkGrid)
   const int32_t m_blocks = static_cast<int32_t>(p.div_m_blocks.d), n_bh = static_cast<int32_t>(p.div_bh.d);
   const int32_t hi = Problem::kHasMask ? p.div_bh.div(x) : p.div_m_blocks.div(x);
@@ -56,9 +56,15 @@ FP8ATTN_DEVICE bool make_block(const FwdParams& p, int32_t x, int32_t split, Blo
   const int32_t mb = Problem::kHasMask ? hi : x - hi * m_blocks;
   c.b = p.div_heads_k.div(bh);
   c.hkv = bh - c.b * p.num_heads_k;
-  c.seq = SeqInfo::make(p, c.b);
-  c.rows = c.seq.q_len * c.group;
   c.m0 = (m_blocks - 1 - mb) * Policy::kBlockM;
+  c.split = split;
+}
+
+// c's rows, mask and KV tile range of its split from its sequence's lengths (c.seq.q_len, k_len); false
+// when it has no rows (the grid covers the longest sequence).
+template <class Problem, class Policy>
+FP8ATTN_DEVICE bool block_range(const FwdParams& p, BlockCtx& c) {
+  c.rows = c.seq.q_len * c.group;
   if (c.m0 >= c.rows) return false;
   c.qrow0 = c.q_row(p, c.m0);
   c.qrow1 = c.q_row(p, min(c.m0 + Policy::kBlockM, c.rows) - 1) + 1;
@@ -67,10 +73,18 @@ FP8ATTN_DEVICE bool make_block(const FwdParams& p, int32_t x, int32_t split, Blo
   if (Problem::kHasMask) c.mask.key_range(c.qrow0, c.qrow1, &kb, &ke);
   const int32_t t_lo = kb / Policy::kBlockN, t_hi = ke > kb ? (ke + Policy::kBlockN - 1) / Policy::kBlockN : t_lo;
   const int32_t per = p.num_splits == 1 ? t_hi - t_lo : (t_hi - t_lo + p.num_splits - 1) / p.num_splits;
-  c.split = split;
-  c.tile_begin = min(t_hi, t_lo + split * per);
+  c.tile_begin = min(t_hi, t_lo + c.split * per);
   c.tile_end = min(t_hi, c.tile_begin + per);
   return true;
+}
+
+// The BlockCtx of work item (x, split) (sequence, rows, mask, KV tile range of its split); false
+// when it has no rows.
+template <class Problem, class Policy>
+FP8ATTN_DEVICE bool make_block(const FwdParams& p, int32_t x, int32_t split, BlockCtx& c) {
+  block_ids<Problem, Policy>(p, x, split, c);
+  c.seq = SeqInfo::make(p, c.b);
+  return block_range<Problem, Policy>(p, c);
 }
 
 FP8ATTN_DEVICE float p_scale_of(const FwdParams& p) { return p.p_scale_ptr ? *p.p_scale_ptr : p.p_scale_default; }
@@ -119,12 +133,12 @@ FP8ATTN_DEVICE void store_lse(const FwdParams& p, const BlockCtx& c, const Threa
 
 // The Epilogue call of every pipeline: the thread's rows of O (and lse) to out, or to the split
 // workspace when the KV range is split.
+// rs, ot: the rows' scales and the output transform (a kernel may have read their inputs ahead).
 template <class Problem, class Policy>
 FP8ATTN_DEVICE void store_rows(const FwdParams& p, const BlockCtx& c, const ThreadRows<typename Policy::Tile>& tr,
-                               const FwdState<Policy>& st, int lane) {
+                               const FwdState<Policy>& st, int lane, const RowScales<Policy>& rs,
+                               const OutputTransform<Problem::kFp8>& ot) {
   using Tile = typename Policy::Tile;
-  const RowScales<Policy> rs(p, c, st);
-  const OutputTransform<Problem::kFp8> ot = OutputTransform<Problem::kFp8>::make(p);
   const bool split = p.num_splits > 1;
   // The O tile may cover columns past D (the AMD tile's 32-wide d blocks): those are not stored.
   constexpr bool kPadCols = Tile::o_cols(Problem::kHeadDim) != Problem::kHeadDim;
@@ -169,6 +183,11 @@ FP8ATTN_DEVICE void store_rows(const FwdParams& p, const BlockCtx& c, const Thre
       if (Tile::row_leader(lane)) p.lse_accum[row] = lse;
     }
   }
+}
+template <class Problem, class Policy>
+FP8ATTN_DEVICE void store_rows(const FwdParams& p, const BlockCtx& c, const ThreadRows<typename Policy::Tile>& tr,
+                               const FwdState<Policy>& st, int lane) {
+  store_rows<Problem, Policy>(p, c, tr, st, lane, RowScales<Policy>(p, c, st), OutputTransform<Problem::kFp8>::make(p));
 }
 
 // One block of the forward pass: the body of fwd_kernel and of the decode kernels' entry point

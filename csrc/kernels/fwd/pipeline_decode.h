@@ -128,10 +128,6 @@ struct FwdPipelineNvDecode {
   static constexpr Fp8Kind kFp8 = Problem::kFp8;
   using SL = DecodeSLayout<kNR>;
 
-  // Q is loaded by run, after the first KV tiles are requested.
-  FP8ATTN_DEVICE static void load_q(const FwdParams&, const BlockCtx&, uint8_t*) {}
-  FP8ATTN_DEVICE static void prepare(uint8_t*) {}
-
   static constexpr bool kBulk = nv::kBulkCopy;
 
   // Whether this warp's 16 keys of KV tile `tile` come as one TMA box (sm_90, a cache with tensor maps,
@@ -160,7 +156,7 @@ struct FwdPipelineNvDecode {
       if (by_box(p, c, tile)) {  // the warp's 16 keys: one box of one cache page
         if (lane == 0) {
           const int32_t blk = SeqInfo::valid_block(p, entry);
-          const int32_t row = key0 % p.page_block_size;
+          const int32_t row = key0 - p.div_page.div(key0) * p.page_block_size;
           uint8_t* dst = stage + kKW * (threadIdx.x / 32) * Policy::kRowStride;
           nv::mbar_arrive_expect_tx(bar, 2 * kKW * Policy::kRowStride);
           nv::tma_load_4d(dst, p.k_tmap, 0, c.hkv, row, blk, bar);
@@ -359,10 +355,55 @@ struct FwdPipelineNvDecode {
     }
   }
 
+  // This warp's block-table entries of the split's first kStages + 1 tiles (the TMA path's page boxes):
+  // read by guess_entries before the sequence's lengths are known, completed by resolve_entries.
+  struct Entries {
+    int32_t e[kStages + 1];
+    uint32_t read = 0;  // bit i: e[i] was read for tile begin + i
+    int32_t begin = -1;
+  };
+  // The entries of the tiles the split would start with if its sequence were the longest (p.seqlen_q,
+  // p.seqlen_k: exact for the uniform batches of decode), inside the table's columns; their loads need
+  // nothing from memory, so they are in flight together with the lengths'.
+  FP8ATTN_DEVICE static Entries guess_entries(const FwdParams& p, BlockCtx g) {
+    Entries en;
+    const int warp = threadIdx.x / 32;
+#pragma unroll
+    for (int i = 0; i <= kStages; ++i) en.e[i] = 0;
+    if (!p.kv_tma || p.block_table_cols <= 0) return en;
+    g.seq.q_len = p.seqlen_q;
+    g.seq.k_len = p.seqlen_k;
+    if (!block_range<Problem, Policy>(p, g)) return en;
+    const int32_t* row = p.block_table + static_cast<int64_t>(g.b) * p.block_table_batch_stride;
+    en.begin = g.tile_begin;
+#pragma unroll
+    for (int i = 0; i <= kStages; ++i) {
+      const int32_t key0 = (g.tile_begin + i) * kBN + kKW * warp, col = p.div_page.div(key0);
+      if (key0 < g.seq.k_len && col < p.block_table_cols) {
+        en.e[i] = row[col];
+        en.read |= 1u << i;
+      }
+    }
+    return en;
+  }
+  // The guess checked against the block's real tile range: entries it missed are read now (0 for keys
+  // this warp does not have).
+  FP8ATTN_DEVICE static void resolve_entries(const FwdParams& p, const BlockCtx& c, Entries& en) {
+    const int warp = threadIdx.x / 32;
+#pragma unroll
+    for (int i = 0; i <= kStages; ++i) {
+      const int32_t key0 = (c.tile_begin + i) * kBN + kKW * warp;
+      if (!p.kv_tma || key0 >= c.seq.k_len)
+        en.e[i] = 0;
+      else if (en.begin != c.tile_begin || !((en.read >> i) & 1u))
+        en.e[i] = c.seq.blocks[p.div_page.div(key0)];
+    }
+  }
+
   // This pipeline's lanes own other rows in the loop (DecodeRows) than in st (Sm89Tile's m16 rows,
-  // after reduce).
+  // after reduce). en: this warp's entries of the first kStages + 1 tiles (resolve_entries).
   FP8ATTN_DEVICE static void run(const FwdParams& p, const BlockCtx& c, const typename Policy::PQuant& pq,
-                                 uint8_t* smem, FwdState<Policy>& st) {
+                                 uint8_t* smem, FwdState<Policy>& st, const Entries& en) {
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const uint8_t* sQ = smem + Policy::kOffQ;
     float* sRed = reinterpret_cast<float*>(smem + Policy::kOffRed);
@@ -382,15 +423,12 @@ struct FwdPipelineNvDecode {
     // The block-table entry of a tile's page box (TMA path) is read one tile load ahead of its copy.
     const auto entry_of = [&](int tile) {
       const int32_t key0 = tile * kBN + kKW * warp;
-      return p.kv_tma && key0 < c.seq.k_len ? c.seq.blocks[key0 / p.page_block_size] : 0;
+      return p.kv_tma && key0 < c.seq.k_len ? c.seq.blocks[p.div_page.div(key0)] : 0;
     };
-    int32_t first[kStages];
-#pragma unroll
-    for (int i = 0; i < kStages; ++i) first[i] = entry_of(c.tile_begin + i);
-    int32_t ahead = entry_of(c.tile_begin + kStages);
+    int32_t ahead = en.e[kStages];
 #pragma unroll
     for (int i = 0; i < kStages; ++i) {
-      if (i < tiles) load_kv(p, c, c.tile_begin + i, ring + i * Policy::kStageBytes, &bars[i], first[i]);
+      if (i < tiles) load_kv(p, c, c.tile_begin + i, ring + i * Policy::kStageBytes, &bars[i], en.e[i]);
       nv::cp_async_commit();
     }
     FP8ATTN_TRACE(kTraceDecodeFirstIssued);
@@ -451,9 +489,39 @@ struct FwdPipelineNvDecode {
 #else
 #define FP8ATTN_DECODE_BOUNDS(Policy) __launch_bounds__(Policy::kThreads, Policy::kBlocksPerSm)
 #endif
+// The decode kernels' block: fwd_block's steps with every global read that does not depend on the sequence's
+// lengths issued together with them (the split's first block-table entries, guessed; p_scale, v_descale and
+// out_scale), so that the first KV copies wait for one memory round trip instead of three and the epilogue for
+// none.
+template <class Problem, class Policy>
+FP8ATTN_DEVICE void decode_block(const FwdParams& p) {
+  using Pipe = FwdPipelineNvDecode<Problem, Policy>;
+  using Tile = typename Policy::Tile;
+  extern __shared__ __align__(128) uint8_t smem[];
+  const int warp = threadIdx.x / Tile::kWarpSize, lane = threadIdx.x % Tile::kWarpSize;
+  FP8ATTN_TRACE(kTraceKernelStart);
+  BlockCtx c;
+  block_ids<Problem, Policy>(p, blockIdx.x, blockIdx.y, c);
+  const SeqLens lens = SeqLens::load(p, c.b);
+  const float p_scale = p_scale_of(p), v_descale = v_descale_of(p, c), out_scale = p.out_scale ? *p.out_scale : 1.f;
+  typename Pipe::Entries en = Pipe::guess_entries(p, c);
+  c.seq = SeqInfo::of(p, c.b, lens);  // (the first use of a length: the one wait)
+  if (!block_range<Problem, Policy>(p, c)) return;
+  Pipe::resolve_entries(p, c, en);
+  const typename Policy::PQuant pq{1.f / p_scale};
+  FwdState<Policy> st;
+  init_state(st);
+  Pipe::run(p, c, pq, smem, st, en);
+  ThreadRows<Tile> tr;  // the rows of st's layout
+  tr.init(p, c, warp, lane);
+  store_rows<Problem, Policy>(p, c, tr, st, lane, RowScales<Policy>(st, p_scale, v_descale),
+                             OutputTransform<Problem::kFp8>::make(p, out_scale));
+  FP8ATTN_TRACE(kTraceRowsStored);
+}
+
 template <class Problem, class Policy>
 __global__ void FP8ATTN_DECODE_BOUNDS(Policy) fwd_kernel_decode(const __grid_constant__ FwdParams p) {
-  fwd_block<Problem, Policy, FwdPipelineNvDecode<Problem, Policy>>(p);
+  decode_block<Problem, Policy>(p);
 }
 #undef FP8ATTN_DECODE_BOUNDS
 
