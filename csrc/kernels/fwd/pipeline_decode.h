@@ -502,6 +502,7 @@ FP8ATTN_DEVICE void decode_block(const FwdParams& p) {
   FP8ATTN_TRACE(kTraceKernelStart);
   BlockCtx c;
   block_ids<Problem, Policy>(p, blockIdx.x, blockIdx.y, c);
+  pdl_wait();  // launched as a programmatic dependent (launch_decode_with): the grid before wrote the inputs
   const SeqLens lens = SeqLens::load(p, c.b);
   const float p_scale = p_scale_of(p), v_descale = v_descale_of(p, c), out_scale = p.out_scale ? *p.out_scale : 1.f;
   typename Pipe::Entries en = Pipe::guess_entries(p, c);
@@ -556,19 +557,26 @@ void launch_decode_with(const FwdParams& p, cudaStream_t stream) {
   (void)attr_err;
   const int64_t nx = static_cast<int64_t>(p.batch) * p.num_heads_k;
   if (nx == 0) return;
-  kern<<<dim3(static_cast<unsigned>(nx), p.num_splits), Policy::kThreads, Policy::kSmemBytes, stream>>>(q);
-  if (p.num_splits <= 1) return;
-  const int64_t items = static_cast<int64_t>(p.seqlen_q) * p.num_heads;
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(static_cast<unsigned>(items), p.batch);
-  cfg.blockDim = dim3(combine_threads(p));
-  cfg.stream = stream;
+  // Both kernels are programmatic dependents of the grid before them (kDecodePdl, sm_90+): the decode blocks
+  // become resident while the previous kernel's last blocks run (when it triggers) and wait for it in
+  // decode_block; the combine blocks are resident when the decode grid ends.
   cudaLaunchAttribute attr[1];
   attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = kDecodePdl && pdl_supported() ? 1 : 0;
-  (void)cudaLaunchKernelEx(&cfg, fwd_combine_kernel<Problem::kFp8>, p);  // errors: cudaGetLastError
+  const auto launch = [&](dim3 grid, unsigned threads, size_t smem, auto kernel, const FwdParams& args) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = dim3(threads);
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = stream;
+    cfg.attrs = attr;
+    cfg.numAttrs = kDecodePdl && pdl_supported() ? 1 : 0;
+    (void)cudaLaunchKernelEx(&cfg, kernel, args);  // errors: cudaGetLastError
+  };
+  launch(dim3(static_cast<unsigned>(nx), p.num_splits), Policy::kThreads, Policy::kSmemBytes, kern, q);
+  if (p.num_splits <= 1) return;
+  const int64_t items = static_cast<int64_t>(p.seqlen_q) * p.num_heads;
+  launch(dim3(static_cast<unsigned>(items), p.batch), combine_threads(p), 0, fwd_combine_kernel<Problem::kFp8>, p);
 }
 
 }  // namespace fp8attn
