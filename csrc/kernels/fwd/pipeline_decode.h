@@ -31,8 +31,9 @@
 // ring mbarriers [4 warps][8] | ring [kStages][K, V][64][kRowStride] fp8 (rows as in global memory,
 // swizzled at D 128, else padded to an odd number of 16-byte chunks, so that ldmatrix's 8 rows hit
 // distinct banks; 1024-byte aligned when swizzled), reused at the end for the warps' partial O / l.
-// The forward grid triggers its programmatic dependent (the combine kernel, launch_decode) at once:
-// the combine blocks are resident and waiting when it ends, instead of launching after it.
+// Launch (launch_decode_with): the decode kernel is a programmatic dependent of the grid before it, and when
+// split it triggers its own dependent (the combine kernel) at once, so that the combine blocks are resident
+// and waiting when it ends.
 #pragma once
 #include <cmath>
 #include <cstdint>
@@ -410,7 +411,10 @@ struct FwdPipelineNvDecode {
     uint8_t* ring = smem + Policy::kOffRing;
     ring += (Policy::kRingAlign - nv::smem_addr(ring) % Policy::kRingAlign) % Policy::kRingAlign;
     uint64_t* bars = reinterpret_cast<uint64_t*>(smem + Policy::kOffBar) + 8 * warp;  // this warp's ring
-    pdl_launch_dependents();  // the combine kernel may become resident now (it waits for this grid)
+    // The combine kernel may become resident now (it waits for this grid). Without one the next grid
+    // launches as this one ends: triggered early, its blocks would take the slots this grid's first
+    // blocks free and leave multiprocessors empty (64 x 4k: -4 %).
+    if (p.num_splits > 1) pdl_launch_dependents();
     if constexpr (kBulk) {
       if (lane == 0) {
         for (int s = 0; s < kStages; ++s) nv::mbar_init(&bars[s], 1);
