@@ -32,13 +32,12 @@ struct SeqInfo {
   FP8ATTN_HD static SeqInfo make(const FwdParams& p, int32_t b) { return of(p, b, SeqLens::load(p, b)); }
   // From the sequence's lengths, read before (SeqLens::load).
   FP8ATTN_HD static SeqInfo of(const FwdParams& p, int32_t b, const SeqLens& l) {
-    const int32_t q0 = l.q0, q1 = l.q1, k0 = l.k0, k1 = l.k1, used = l.used;
     SeqInfo s;
     if (p.cu_seqlens_q) {
-      s.q_len = q1 - q0;
-      s.q_offset = static_cast<int64_t>(q0) * p.q_row_stride;
-      s.o_offset = static_cast<int64_t>(q0) * p.o_row_stride;
-      s.lse_offset = q0 * p.lse_row_stride;
+      s.q_len = l.q1 - l.q0;
+      s.q_offset = static_cast<int64_t>(l.q0) * p.q_row_stride;
+      s.o_offset = static_cast<int64_t>(l.q0) * p.o_row_stride;
+      s.lse_offset = l.q0 * p.lse_row_stride;
     } else {
       s.q_len = p.seqlen_q;
       s.q_offset = static_cast<int64_t>(b) * p.q_batch_stride;
@@ -47,13 +46,13 @@ struct SeqInfo {
     }
     if (p.block_table) {
       s.blocks = p.block_table + static_cast<int64_t>(b) * p.block_table_batch_stride;
-      s.k_len = p.seqused_k ? used : k1 - k0;
+      s.k_len = p.seqused_k ? l.used : l.k1 - l.k0;
     } else if (p.cu_seqlens_k) {
-      s.k_len = p.seqused_k ? used : k1 - k0;
-      s.k_offset = static_cast<int64_t>(k0) * p.k_row_stride;
-      s.v_offset = static_cast<int64_t>(k0) * p.v_row_stride;
+      s.k_len = p.seqused_k ? l.used : l.k1 - l.k0;
+      s.k_offset = static_cast<int64_t>(l.k0) * p.k_row_stride;
+      s.v_offset = static_cast<int64_t>(l.k0) * p.v_row_stride;
     } else {
-      s.k_len = p.seqused_k ? used : p.seqlen_k;
+      s.k_len = p.seqused_k ? l.used : p.seqlen_k;
       s.k_offset = static_cast<int64_t>(b) * p.k_batch_stride;
       s.v_offset = static_cast<int64_t>(b) * p.v_batch_stride;
     }

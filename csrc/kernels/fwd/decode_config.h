@@ -35,7 +35,7 @@ constexpr int decode_blocks_per_sm(int rows, int head_dim) {
 template <int kRows, int kHeadDim>
 using DecodeDefault = DecodeConfig<decode_blocks_per_sm(kRows, kHeadDim)>;
 constexpr int kDecodeMinTilesPerSplit = 2;  // a split streams at least 128 keys
-constexpr bool kDecodePdl = true;           // combine kernel by Programmatic Dependent Launch (sm_90+)
+constexpr bool kDecodePdl = true;           // decode and combine kernels by Programmatic Dependent Launch (sm_90+)
 constexpr int kDecodeMaxSplits = 128;       // every kernel's split limit: = kMaxSplits (kernel.h; asserted in pipeline_decode.h)
 
 // Split count of a decode-shaped call: `blocks` (batch x kv heads) blocks of `tiles` KV tiles each.

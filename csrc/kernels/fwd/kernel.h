@@ -190,8 +190,8 @@ FP8ATTN_DEVICE void store_rows(const FwdParams& p, const BlockCtx& c, const Thre
   store_rows<Problem, Policy>(p, c, tr, st, lane, RowScales<Policy>(p, c, st), OutputTransform<Problem::kFp8>::make(p));
 }
 
-// One block of the forward pass: the body of fwd_kernel and of the decode kernels' entry point
-// (pipeline_decode.h: the same body under another register budget).
+// One block of the forward pass: the body of fwd_kernel (the decode kernels run the same steps in another
+// order: pipeline_decode.h, decode_block).
 template <class Problem, class Policy, class Pipe>
 FP8ATTN_DEVICE void fwd_block(const FwdParams& p) {
   using Tile = typename Policy::Tile;

@@ -356,6 +356,12 @@ struct FwdPipelineNvDecode {
     }
   }
 
+  // The block-table entry of this warp's page box of KV tile `tile` (TMA path; 0 where it has no keys).
+  FP8ATTN_DEVICE static int32_t entry_of(const FwdParams& p, const BlockCtx& c, int tile) {
+    const int32_t key0 = tile * kBN + kKW * static_cast<int>(threadIdx.x / 32);
+    return p.kv_tma && key0 < c.seq.k_len ? c.seq.blocks[p.div_page.div(key0)] : 0;
+  }
+
   // This warp's block-table entries of the split's first kStages + 1 tiles (the TMA path's page boxes):
   // read by guess_entries before the sequence's lengths are known, completed by resolve_entries.
   struct Entries {
@@ -397,7 +403,7 @@ struct FwdPipelineNvDecode {
       if (!p.kv_tma || key0 >= c.seq.k_len)
         en.e[i] = 0;
       else if (en.begin != c.tile_begin || !((en.read >> i) & 1u))
-        en.e[i] = c.seq.blocks[p.div_page.div(key0)];
+        en.e[i] = entry_of(p, c, c.tile_begin + i);
     }
   }
 
@@ -425,10 +431,6 @@ struct FwdPipelineNvDecode {
     FP8ATTN_TRACE(kTraceDecodeStart);
     const int tiles = c.tile_end - c.tile_begin;
     // The block-table entry of a tile's page box (TMA path) is read one tile load ahead of its copy.
-    const auto entry_of = [&](int tile) {
-      const int32_t key0 = tile * kBN + kKW * warp;
-      return p.kv_tma && key0 < c.seq.k_len ? c.seq.blocks[p.div_page.div(key0)] : 0;
-    };
     int32_t ahead = en.e[kStages];
 #pragma unroll
     for (int i = 0; i < kStages; ++i) {
@@ -474,7 +476,7 @@ struct FwdPipelineNvDecode {
       if constexpr (kBulk) nv::fence_proxy_async();  // ... by the async proxy
       if (i + kStages < tiles) {
         load_kv(p, c, tile + kStages, stage, &bars[slot], ahead);
-        ahead = entry_of(tile + kStages + 1);
+        ahead = entry_of(p, c, tile + kStages + 1);
       }
       nv::cp_async_commit();
       slot = slot + 1 == kStages ? 0 : slot + 1;
@@ -485,7 +487,7 @@ struct FwdPipelineNvDecode {
   }
 };
 
-// The decode kernels' entry point: fwd_kernel's body compiled for Policy::kBlocksPerSm resident blocks
+// The decode kernels' entry point: decode_block compiled for Policy::kBlocksPerSm resident blocks
 // (its register budget, decode_config.h) on sm_90+, the plan's arch; earlier archs fit fewer blocks
 // by shared memory anyway, so there the registers stay free.
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
@@ -540,7 +542,7 @@ inline bool pdl_supported() {  // per device, cached (not a stream operation: fi
 }
 
 // The decode kernel of one (Problem, Policy): one block per (batch, kv head) and split (rows <=
-// kBlockM), then the combine kernel when split, as a programmatic dependent of the forward grid
+// kBlockM), then the combine kernel when split; each as a programmatic dependent of the grid before it
 // (kDecodePdl; sm_90+ only).
 template <class Problem, class Policy>
 void launch_decode_with(const FwdParams& p, cudaStream_t stream) {
