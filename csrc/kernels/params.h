@@ -83,8 +83,8 @@ struct FwdParams {
   int32_t num_sm = 0;
   // Hopper: TMA tensor maps (CUtensorMap, opaque here), encoded by the launcher when the layout
   // allows (kv_tma = 0: not encoded): decode, the paged K and V cache, one page of one kv head per
-  // box (pipeline_decode.h); prefill, dense / varlen K and V tiles in the wgmma operand swizzle
-  // (pipeline_wgmma.h).
+  // box (pipeline_decode.h); prefill, dense / varlen K and V tiles, or a paged cache's 16-key boxes,
+  // in the wgmma operand swizzle (pipeline_wgmma.h).
   int32_t kv_tma = 0;
   // Hopper prefill: a counter for dynamic work-item scheduling (kernel_wgmma.h, ItemSource), zeroed
   // by the launcher; null: the static order.

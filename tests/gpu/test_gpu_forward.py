@@ -243,9 +243,10 @@ def test_decode_page_sizes(page, D):
 @pytest.mark.parametrize("D", [128, 256])
 @pytest.mark.parametrize("kv_tile", [64, 128])
 def test_prefill_page_sizes(page, D, kv_tile):
-    """The Hopper prefill producer's paged copies (each row's block-table entry, cp.async) at pages
-    smaller than a ring tile (8, 16, 32), not dividing it (24) and holding whole tiles (128, 512),
-    tail tiles included. Varlen q over a shuffled, NaN-poisoned cache."""
+    """The Hopper prefill producer's paged copies at pages smaller than a ring tile (8, 16, 32), not
+    dividing it (24) and holding whole tiles (128, 512): TMA boxes of 16 keys where the block size is
+    a multiple of 16 (16, 32, 128, 512), each row's cp.async otherwise (8, 24) and for the tail tiles.
+    Varlen q over a shuffled, NaN-poisoned cache."""
     need_dim(D)
     for causal in (False, True):
         args, kw = make_case(layout="paged", B=3, Sq=190, Sk=1100, H=8, Hkv=2, D=D, page=page, causal=causal,

@@ -8,13 +8,13 @@
 // Producer warpgroup (128 threads), per work item: Q -> Q[item % kQBuffers] (after the consumers
 // released that buffer; with one buffer after the item's first step of tiles), then per ring tile g
 // (slot g % kStages): wait until the consumers released the slot, then K -> K[slot] and V ->
-// Vraw[slot] (both in K's swizzle): a whole tile of a dense or varlen layout by TMA boxes of one
-// thread (K completes k_full and V v_land by their bytes), else (paged, or the tail tile, whose keys
-// past k_len must read as zeros) by every thread's cp.async. About a step later (make_room: before
-// the consumers' release of the slots it refills depends on it; and at item boundaries) it
-// finalizes tile g: once V has landed (v_land, or each thread's copies, fence.proxy.async, arrive
-// k_full and a named barrier), transpose Vraw -> Vt (ldmatrix .trans, byte permutes, stmatrix),
-// fence, arrive v_full.
+// Vraw[slot] (both in K's swizzle): a whole tile by TMA boxes (dense / varlen: one box per column
+// block; a paged cache whose blocks hold a multiple of 16 keys: one per 16 keys; K completes k_full
+// and V v_land by their bytes), else (other pages, or the tail tile, whose keys past k_len must read
+// as zeros) by every thread's cp.async. About a step later (make_room: before the consumers' release
+// of the slots it refills depends on it; and at item boundaries) it finalizes tile g: once V has
+// landed (v_land, or each thread's copies, fence.proxy.async, arrive k_full and a named barrier),
+// transpose Vraw -> Vt (ldmatrix .trans, byte permutes, stmatrix), fence, arrive v_full.
 // Consumer warpgroup w (64 packed rows, 4 warps x 16), per step: wait k_full; S = Q.K^T (m64nNk32,
 // N = kBlockN, Q and K from shared memory); logits, mask, online softmax, p8 = sat(p / p_scale)
 // packed into the A fragments of P.V; wait v_full; O += P8.Vt and l += P8.1 (P from registers);
@@ -219,18 +219,45 @@ struct FwdPipelineNvWgmma {
       }
     }
 
-    // A whole dense / varlen tile (keys below k_len; varlen K / V are [total_k, Hkv, D]) by TMA,
-    // one box per kSw-byte column block of K and of V, into the swizzle of K's tile; the
-    // issuing thread's arrivals expect the bytes (k_full also counts the other producers'
-    // arrivals, v_land only this one).
-    FP8ATTN_DEVICE void load_kv_tma(const FwdParams& p, const BlockCtx& c, int tile, uint8_t* smem, int s,
+    // Whether ring tile `tile` of the item comes by TMA: tensor maps (encode_kv_maps) and every key of
+    // the tile below k_len (the tail tile's keys past k_len must read as zeros: cp.async).
+    FP8ATTN_DEVICE static bool by_tma(const FwdParams& p, const BlockCtx& c, int tile) {
+      return Policy::kTmaKV && p.kv_tma && (tile + 1) * kRN <= c.seq.k_len;
+    }
+    // A whole tile (keys below k_len) by TMA into the swizzle of K's tile, per kSw-byte column block
+    // of K and of V, issued by the first producer warp: dense / varlen (K / V [total_k, Hkv, D]),
+    // lane 0, one box of the tile's keys; paged, lane j, the box of keys 16j .. 16j + 15 of the tile
+    // in its page (encode_kv_maps: blocks of a multiple of 16 keys), after reading its table entry (a
+    // tile ahead instead measured 2 % slower). Lane 0's arrivals expect the bytes (a box landing
+    // before them leaves the phase open: lane 0's arrival is still pending); k_full also counts the
+    // other producers' arrivals, v_land only lane 0's.
+    FP8ATTN_DEVICE void load_kv_tma(const FwdParams& p, const BlockCtx& c, int tile, uint8_t* smem, int s, int lane,
                                     uint64_t* kbar, uint64_t* vbar) const {
       constexpr int kSw = Policy::kSw;
       uint8_t* sK = smem + Policy::kOffK + k_offset(s, 0, 0);
       uint8_t* sVraw = vraw_buf(smem, s);
+      const bool paged_box = c.seq.blocks && lane < kRN / 16;
+      const int32_t key = tile * kRN + 16 * lane, page = paged_box ? p.div_page.div(key) : 0;
+      const int32_t entry = paged_box ? SeqInfo::valid_block(p, c.seq.blocks[page]) : 0;
+      if (lane == 0) {
+        nv::mbar_arrive_expect_tx(kbar, Policy::kKBytes);
+        nv::mbar_arrive_expect_tx(vbar, Policy::kVrawBytes);
+      } else {
+        nv::mbar_arrive(kbar);
+      }
+      if (c.seq.blocks) {
+        if (!paged_box) return;
+        const int32_t row = key - page * p.page_block_size;
+#pragma unroll
+        for (int cb = 0; cb < kD / kSw; ++cb) {
+          const int at = 16 * lane * kSw;  // the box's 16 rows in the slot
+          nv::tma_load_4d(sK + cb * Policy::kKRows * kSw + at, p.k_tmap, cb * kSw, c.hkv, row, entry, kbar);
+          nv::tma_load_4d(sVraw + cb * kRN * kSw + at, p.v_tmap, cb * kSw, c.hkv, row, entry, vbar);
+        }
+        return;
+      }
+      if (lane != 0) return;
       const int32_t row = (p.cu_seqlens_k ? p.cu_seqlens_k[c.b] : 0) + tile * kRN;
-      nv::mbar_arrive_expect_tx(kbar, Policy::kKBytes);
-      nv::mbar_arrive_expect_tx(vbar, Policy::kVrawBytes);
 #pragma unroll
       for (int cb = 0; cb < kD / kSw; ++cb) {
         if (p.cu_seqlens_k) {
@@ -361,9 +388,9 @@ struct FwdPipelineNvWgmma {
         FP8ATTN_TRACE(kTraceProducerSlotWait);
         if (g >= kStages) nv::mbar_wait(&bars->empty[s], ((g / kStages) - 1) & 1);
         FP8ATTN_TRACE(kTraceProducerSlotGo);
-        if (Policy::kTmaKV && p.kv_tma && (tile + 1) * kRN <= c.seq.k_len) {
-          if (ptid == 0)
-            load_kv_tma(p, c, tile, smem, s, &bars->k_full[s], &bars->v_land[s]);
+        if (by_tma(p, c, tile)) {
+          if (ptid < 32)
+            load_kv_tma(p, c, tile, smem, s, ptid, &bars->k_full[s], &bars->v_land[s]);
           else
             nv::mbar_arrive(&bars->k_full[s]);
           slots |= 1u << s;
