@@ -11,6 +11,7 @@
 #include <cstdint>
 
 #include "../common.h"
+#include "../params.h"
 
 namespace fp8attn {
 namespace nv {
@@ -59,9 +60,9 @@ inline bool encode_tiled_map(void* map, const void* base, int rank, const int64_
                 CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
-// The decode ring's map of a paged K or V cache [num_blocks, block_size, Hkv, D] (strides in bytes:
-// head, row, block): boxes of 16 tokens x 1 kv head x `box_width` bytes (past D: zeros, the rows'
-// padding), in the 128-byte swizzle (128-byte rows) or none.
+// The map of a paged K or V cache [num_blocks, block_size, Hkv, D] (strides in bytes: head, row,
+// block): boxes of 16 tokens x 1 kv head x `box_width` bytes (past D: zeros, the rows' padding), in
+// the 128-byte swizzle (128-byte rows) or none.
 inline bool encode_page_map(void* map, const void* base, int d, int hkv, int block_size, int num_blocks,
                             int64_t head_stride, int64_t row_stride, int64_t block_stride, int box_width,
                             bool swizzle128) {
@@ -71,6 +72,15 @@ inline bool encode_page_map(void* map, const void* base, int d, int hkv, int blo
   const int box[4] = {box_width, 1, 16, 1};
   return encode_tiled_map(map, base, 4, dims, strides, box,
                           swizzle128 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_NONE);
+}
+
+// The page maps of a paged call's K and V caches into q.k_tmap / q.v_tmap (the decode ring's, and the
+// wgmma prefill's at box_width 128 in the swizzle); false when either layout does not allow one.
+inline bool encode_kv_page_maps(FwdParams& q, int box_width, bool swizzle128) {
+  return encode_page_map(q.k_tmap, q.k, q.head_dim, q.num_heads_k, q.page_block_size, q.num_cache_blocks,
+                         q.k_head_stride, q.k_row_stride, q.k_batch_stride, box_width, swizzle128) &&
+         encode_page_map(q.v_tmap, q.v, q.head_dim, q.num_heads_k, q.page_block_size, q.num_cache_blocks,
+                         q.v_head_stride, q.v_row_stride, q.v_batch_stride, box_width, swizzle128);
 }
 
 // One box of the rank-4 `map` (a kernel parameter: __grid_constant__) at element coordinates

@@ -110,19 +110,12 @@ __global__ void __launch_bounds__(Policy::kThreads, 1) fwd_kernel_wgmma(const __
 
 // The K and V tensor maps of a call (pipeline_wgmma.h, load_kv_tma), in K's swizzle: dense or varlen,
 // boxes of kSw bytes of d x 1 kv head x kRingN keys; a paged cache, boxes of 128 bytes of d x 1 kv
-// head x 16 keys of one block (nv_tma.h, encode_page_map: blocks of a multiple of 16 keys). None
+// head x 16 keys of one block (nv_tma.h, encode_kv_page_maps: blocks of a multiple of 16 keys). None
 // for a layout TMA does not allow (other block sizes, unaligned strides, varlen rows unknown):
 // every tile then takes cp.async.
 template <class Policy>
 bool encode_kv_maps(FwdParams& q) {
-  if (q.block_table) {
-    const auto page_map = [&](void* map, const void* base, int64_t head, int64_t row, int64_t block) {
-      return Policy::kSw == 128 && nv::encode_page_map(map, base, q.head_dim, q.num_heads_k, q.page_block_size,
-                                                       q.num_cache_blocks, head, row, block, 128, true);
-    };
-    return page_map(q.k_tmap, q.k, q.k_head_stride, q.k_row_stride, q.k_batch_stride) &&
-           page_map(q.v_tmap, q.v, q.v_head_stride, q.v_row_stride, q.v_batch_stride);
-  }
+  if (q.block_table) return Policy::kSw == 128 && nv::encode_kv_page_maps(q, 128, true);
   if (q.cu_seqlens_k && q.total_k <= 0) return false;
   const CUtensorMapSwizzle sw = Policy::kSw == 128 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_64B;
   const auto encode = [&](void* map, const void* base, int64_t head, int64_t row, int64_t batch) {

@@ -547,15 +547,10 @@ inline bool pdl_supported() {  // per device, cached (not a stream operation: fi
 template <class Problem, class Policy>
 void launch_decode_with(const FwdParams& p, cudaStream_t stream) {
   auto* kern = &fwd_kernel_decode<Problem, Policy>;
-  // Paged cache on sm_90+: whole-page TMA boxes when the layout allows (else per-row bulk copies).
+  // Paged cache on sm_90+: TMA boxes of 16 tokens when the layout allows (else per-row bulk copies).
   FwdParams q = with_divisors<Policy>(p);
   if (p.block_table != nullptr && pdl_supported()) {
-    q.kv_tma = nv::encode_page_map(q.k_tmap, p.k, p.head_dim, p.num_heads_k, p.page_block_size, p.num_cache_blocks,
-                                   p.k_head_stride, p.k_row_stride, p.k_batch_stride, Policy::kRowStride,
-                                   Policy::kSwizzle) &&
-               nv::encode_page_map(q.v_tmap, p.v, p.head_dim, p.num_heads_k, p.page_block_size, p.num_cache_blocks,
-                                   p.v_head_stride, p.v_row_stride, p.v_batch_stride, Policy::kRowStride,
-                                   Policy::kSwizzle);
+    q.kv_tma = nv::encode_kv_page_maps(q, Policy::kRowStride, Policy::kSwizzle);
   }
   // Once per kernel and process (not a stream operation: fine during graph capture).
   static const cudaError_t attr_err = cudaFuncSetAttribute(
