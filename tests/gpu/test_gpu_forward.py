@@ -43,6 +43,13 @@ def need_dim(d):
         pytest.skip(f"head dim {d} not built (FP8ATTN_HEAD_DIMS)")
 
 
+def assert_decode_kernel(args, kw):
+    """The call runs a decode kernel, unless FP8ATTN_PIPELINE prefers another pipeline (the portable pass of
+    scripts/gpu_check.sh: the same checks then hold the f16 pipeline's split calls)."""
+    if os.environ.get("FP8ATTN_PIPELINE", "decode") == "decode":
+        assert kernel_of(*args, device=DEV, **kw).startswith("fwd_decode")
+
+
 def _rel_err_vs_ideal(out, args, kw):
     """Relative L2 error of an output (dequantized) against fp64 attention of the same inputs."""
     rkw = {k_: v_ for k_, v_ in kw.items() if k_ not in ("window", "out_dtype", "out_scale", "p_scale")}
@@ -281,7 +288,7 @@ def test_decode_split_merge(monkeypatch, splits, Sq):
     monkeypatch.setenv("FP8ATTN_NUM_SPLITS", str(splits))
     args, kw = make_case(layout="paged", B=5, Sq=Sq, Sk=3000, H=32, Hkv=8, causal=True, out_dtype=FN,
                          seed=splits + Sq)
-    assert kernel_of(*args, device=DEV, **kw).startswith("fwd_decode")
+    assert_decode_kernel(args, kw)
     gout, glse = call(*args, device=DEV, **kw)
     cout, clse = call(*args, device="cpu", **kw)
     _, bad_nan = agreement(gout, cout)
@@ -302,13 +309,70 @@ def test_decode_loose_max_seqlen_k(monkeypatch, splits):
     for Sq in (1, 4):
         args, kw = make_case(layout="paged", B=4, Sq=Sq, Sk=1500, H=32, Hkv=8, causal=True, out_dtype=FN,
                              seed=90 + splits + Sq)
-        assert kernel_of(*args, device=DEV, **kw).startswith("fwd_decode")
+        assert_decode_kernel(args, kw)
         tight, tight_lse = call(*args, device=DEV, **kw)
         loose, loose_lse = call(*args, device=DEV, **dict(kw, max_seqlen_k=8 * kw["max_seqlen_k"]))
         assert torch.equal(tight.view(torch.uint8), loose.view(torch.uint8)) and torch.equal(tight_lse, loose_lse)
         cout, _ = call(*args, device="cpu", **kw)
         e_gpu, e_cpu = _rel_err_vs_ideal(loose, args, kw), _rel_err_vs_ideal(cout, args, kw)
         assert e_gpu <= 1.25 * e_cpu + 1e-3, f"{splits} splits, Sq={Sq}: err {e_gpu:.4f} vs CPU {e_cpu:.4f}"
+
+
+def _kernels_of_call(args, kw) -> list[str]:
+    """The names of the GPU kernels one call launches (torch.profiler's kernel records), after a warm-up call."""
+    from torch.profiler import ProfilerActivity, profile
+
+    dev_args = [a.to(DEV) for a in args]
+    dkw = {k_: (v_.to(DEV) if isinstance(v_, torch.Tensor) else v_) for k_, v_ in kw.items()}
+    out, _ = call(*dev_args, device=DEV, **dkw)
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        call(*dev_args, device=DEV, out=out, poison=False, **dkw)
+        torch.cuda.synchronize()
+    return [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA and "fp8attn" in e.name]
+
+
+@pytest.mark.parametrize("splits", [1, 2, 64])
+def test_decode_split_kernels(monkeypatch, splits):
+    """A decode-shaped call launches one forward kernel, and one combine kernel when its KV range is split (the
+    kernels the call launches, as the profiler records them; the decode kernel on the default pipelines)."""
+    need_dim(128)
+    monkeypatch.setenv("FP8ATTN_NUM_SPLITS", str(splits))
+    args, kw = make_case(layout="paged", B=3, Sq=1, Sk=4500, H=32, Hkv=8, causal=True, out_dtype=FN, seed=17 + splits)
+    names = _kernels_of_call(args, kw)
+    assert sum("combine" not in n for n in names) == 1, names
+    if kernel_of(*args, device=DEV, **kw).startswith("fwd_decode"):
+        assert any("fwd_kernel_decode" in n for n in names), names
+    assert sum("fwd_combine_kernel" in n for n in names) == (splits > 1), names
+
+
+@pytest.mark.parametrize("splits", [1, 8, 64])
+def test_cuda_graph_split_decode(monkeypatch, splits):
+    """Split decode calls (8- and 16-row kernels) captured in CUDA graphs replay bit for bit as their eager calls,
+    many times, alternating with each other and with eager calls."""
+    need_dim(128)
+    monkeypatch.setenv("FP8ATTN_NUM_SPLITS", str(splits))
+    cases = []
+    for i, (B, Sq) in enumerate(((3, 1), (2, 4))):
+        args, kw = make_case(layout="paged", B=B, Sq=Sq, Sk=3000, H=32, Hkv=8, causal=True, out_dtype=FN,
+                             seed=200 + i + splits)
+        dev_args = [a.to(DEV) for a in args]
+        dkw = {k_: (v_.to(DEV) if isinstance(v_, torch.Tensor) else v_) for k_, v_ in kw.items()}
+        eager, eager_lse = call(*dev_args, device=DEV, **dkw)
+        out = torch.empty_like(eager)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            _, lse = call(*dev_args, device=DEV, out=out, poison=False, **dkw)
+        cases.append((dev_args, dkw, eager, eager_lse, graph, out, lse))
+    for _ in range(3):
+        for dev_args, dkw, eager, eager_lse, graph, out, lse in cases:
+            out.view(torch.uint8).fill_(0x7F)
+            lse.fill_(float("nan"))
+            graph.replay()
+            again, again_lse = call(*dev_args, device=DEV, **dkw)
+            torch.cuda.synchronize()
+            assert torch.equal(out.view(torch.uint8), eager.view(torch.uint8)) and torch.equal(lse, eager_lse)
+            assert torch.equal(again.view(torch.uint8), eager.view(torch.uint8)) and torch.equal(again_lse, eager_lse)
 
 
 def test_forced_splits_many(monkeypatch):
