@@ -114,6 +114,12 @@ def _out_dtype(k, kw):
     return k.dtype if kw.get("out_scale") is not None else (kw.get("out_dtype") or torch.bfloat16)
 
 
+def case_on_device(args, kw):
+    """A make_case case with its tensors moved to the GPU once (graph capture and profiled calls must not copy)."""
+    return ([a.to(DEV) for a in args],
+            {k_: (v_.to(DEV) if isinstance(v_, torch.Tensor) else v_) for k_, v_ in kw.items()})
+
+
 def call(q, k, v, *, device, kv_tile=GPU_KV_TILE, out=None, poison=True, **kw):
     """torch.ops.fp8attn.forward on `device` with every tensor moved there; returns (out, lse)."""
     out_dtype = _out_dtype(k, kw)

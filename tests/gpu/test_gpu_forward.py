@@ -19,6 +19,7 @@ from gpu_helpers import (  # noqa: E402
     agreement,
     built_head_dims,
     call,
+    case_on_device,
     is_wgmma,
     kernel_of,
     lse_close,
@@ -215,8 +216,7 @@ def test_caller_out_strided():
 def test_cuda_graph_capture():
     need_dim(128)
     args, kw = make_case(layout="paged", causal=True, out_dtype=FN, q_dtype=BF16, seed=51)
-    dev_args = [a.to(DEV) for a in args]
-    dkw = {k_: (v_.to(DEV) if isinstance(v_, torch.Tensor) else v_) for k_, v_ in kw.items()}
+    dev_args, dkw = case_on_device(args, kw)
     eager, else_ = call(*dev_args, device=DEV, **dkw)
     out = torch.empty_like(eager)
     s = torch.cuda.Stream()
@@ -322,8 +322,7 @@ def _kernels_of_call(args, kw) -> list[str]:
     """The names of the GPU kernels one call launches (torch.profiler's kernel records), after a warm-up call."""
     from torch.profiler import ProfilerActivity, profile
 
-    dev_args = [a.to(DEV) for a in args]
-    dkw = {k_: (v_.to(DEV) if isinstance(v_, torch.Tensor) else v_) for k_, v_ in kw.items()}
+    dev_args, dkw = case_on_device(args, kw)
     out, _ = call(*dev_args, device=DEV, **dkw)
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
@@ -348,16 +347,16 @@ def test_decode_split_kernels(monkeypatch, splits):
 
 @pytest.mark.parametrize("splits", [1, 8, 64])
 def test_cuda_graph_split_decode(monkeypatch, splits):
-    """Split decode calls (8- and 16-row kernels) captured in CUDA graphs replay bit for bit as their eager calls,
-    many times, alternating with each other and with eager calls."""
+    """Decode calls, unsplit and split (then merged by the combine kernel), of the 8- and 16-row kernels captured in
+    CUDA graphs replay bit for bit as their eager calls, many times, alternating with each other and with eager
+    calls."""
     need_dim(128)
     monkeypatch.setenv("FP8ATTN_NUM_SPLITS", str(splits))
     cases = []
     for i, (B, Sq) in enumerate(((3, 1), (2, 4))):
         args, kw = make_case(layout="paged", B=B, Sq=Sq, Sk=3000, H=32, Hkv=8, causal=True, out_dtype=FN,
                              seed=200 + i + splits)
-        dev_args = [a.to(DEV) for a in args]
-        dkw = {k_: (v_.to(DEV) if isinstance(v_, torch.Tensor) else v_) for k_, v_ in kw.items()}
+        dev_args, dkw = case_on_device(args, kw)
         eager, eager_lse = call(*dev_args, device=DEV, **dkw)
         out = torch.empty_like(eager)
         graph = torch.cuda.CUDAGraph()
