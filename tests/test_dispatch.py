@@ -20,7 +20,8 @@ ROOT = Path(__file__).resolve().parents[1]
 GENERATOR = ROOT / "csrc" / "kernels" / "generate.py"
 
 # Each stdin line: cc_major cc_minor pipeline(- for none) head_dim fnuz causal window_left window_right kv_tile
-# seqlen_q seqlen_k heads heads_k batch num_sm. Each answer: kernel pipeline block_rows splits, or "none".
+# seqlen_q seqlen_k heads heads_k batch num_sm page (0: not paged, else the cache's block size). Each answer:
+# kernel pipeline block_rows splits, or "none".
 # "table" prints the table instead: targets (name cc pipelines), kernels, KV tiles; "pipe NAME" a pipeline's index.
 DRIVER = r"""
 #include <cstdio>
@@ -62,7 +63,9 @@ int main() {
     std::string pipe;
     FwdParams p;
     in >> major >> minor >> pipe >> p.head_dim >> fnuz >> causal >> p.window_left >> p.window_right >> p.kv_tile >>
-        p.seqlen_q >> p.seqlen_k >> p.num_heads >> p.num_heads_k >> p.batch >> num_sm;
+        p.seqlen_q >> p.seqlen_k >> p.num_heads >> p.num_heads_k >> p.batch >> num_sm >> p.page_block_size;
+    static const int32_t table_entry = 0;  // (dispatch reads only whether a call is paged)
+    if (p.page_block_size > 0) p.block_table = &table_entry;
     p.fp8_kind = fnuz ? Fp8Kind::E4M3FNUZ : Fp8Kind::E4M3FN;
     p.is_causal = causal != 0;
     const int32_t pref = fwd_pipe_index(t, pipe == "-" ? nullptr : pipe.c_str());
@@ -121,10 +124,10 @@ MI300 = (9, 4, 304)  # (what HIP reports for gfx942; a ROCm build's table has on
 
 
 def call(dev=H200, pipe="-", D=128, fnuz=False, causal=False, window=(-1, -1), kv_tile=0, sq=1, sk=4096, H=32,
-         Hkv=8, B=1) -> str:
+         Hkv=8, B=1, page=0) -> str:
     major, minor, sms = dev
     return (f"{major} {minor} {pipe} {D} {int(fnuz)} {int(causal)} {window[0]} {window[1]} {kv_tile} {sq} {sk} {H} "
-            f"{Hkv} {B} {sms}")
+            f"{Hkv} {B} {sms} {page}")
 
 
 def choose(prog: Path, **kw) -> tuple[str, ...]:
@@ -194,6 +197,25 @@ def test_h200_kernels(progs) -> None:
     # block rows: f16 128 up to D 128, 64 above; wgmma 64 per consumer warpgroup
     assert choose(c, sq=100, D=192)[2] == "64" and choose(c, sq=100, D=112)[2] == "128"
     assert choose(c, sq=100, D=64)[2] == "192" and choose(c, sq=100, D=128, causal=True)[2] == "128"
+
+
+def test_h200_decode_over_page_boxes(progs) -> None:
+    """Compute capability 9.0, a paged cache of 16-key-multiple blocks: the wgmma decode kernels (D 128, e4m3fn),
+    planned like the mma.sync ones; other pages, head dims, kinds and the dense layout keep the decode pipeline,
+    and FP8ATTN_PIPELINE=decode selects it (the A/B of the two)."""
+    c = progs["cuda"]
+    for page in (16, 32, 256):
+        assert choose(c, sq=1, page=page)[0] == "fwd_decodewg8_hd128_e4m3fn_nomask_kv64"
+        assert choose(c, sq=4, causal=True, page=page)[0] == "fwd_decodewg16_hd128_e4m3fn_band_kv64"
+    for kw in (dict(page=8), dict(page=24), dict(page=0), dict(page=16, D=64), dict(page=16, fnuz=True),
+               dict(page=16, pipe="decode")):
+        assert choose(c, sq=1, **kw)[1] == "decode"
+    assert choose(c, sq=5, page=16)[1] == "wgmma"  # 20 rows: prefill
+    assert choose(c, dev=A100, sq=1, page=16)[1] == "decode"
+    for sq, rows in ((1, 8), (4, 16)):
+        assert choose(c, sq=sq, sk=8192, B=8, causal=True, page=16)[2:] == choose(c, sq=sq, sk=8192, B=8,
+                                                                                 causal=True)[2:]
+        assert choose(c, sq=sq, page=16)[2] == str(rows)
 
 
 def test_other_cuda_devices(progs) -> None:

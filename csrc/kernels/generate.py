@@ -60,6 +60,7 @@ class Pipeline:
     includes: tuple = ()
     sm90a: bool = False  # built only when the build generates sm_90a code
     item_counter: bool = False  # takes FwdParams::item_counter (dynamic work order) for varlen / masked calls
+    page_boxes: bool = False  # serves only paged caches of 16-key-multiple blocks (its tiles are TMA page boxes)
 
 
 def _wgmma_rows(d, kv, rows):  # policy_wgmma.h wgmma_consumers: 64 rows per consumer warpgroup
@@ -84,6 +85,12 @@ PIPELINES = (
     Pipeline("decode", "cuda", ("sm80", "sm86", "sm90", "sm90a"), "FwdPolicyNvDecode<{problem}, {rows} / 8>",
              "launch_decode_with<{problem}, Policy>", lambda d, kv, rows: rows, rows=(8, 16),
              includes=("kernels/fwd/pipeline_decode.h",)),
+    # Decode on the Hopper FP8 tensor cores: S^T and O^T by wgmma with the rows on N, K and V as FP8
+    # operands (no widening), over paged caches of whole 16-key page boxes: pipeline_decode_wgmma.h.
+    Pipeline("decodewg", "cuda", ("sm90a",), "FwdPolicyNvDecodeWg<{problem}, {rows} / 8>",
+             "launch_decode_with<{problem}, Policy, FwdPipelineNvDecodeWg<{problem}, Policy>>",
+             lambda d, kv, rows: rows, head_dims=(128,), kinds=("e4m3fn",), rows=(8, 16),
+             includes=("kernels/fwd/pipeline_decode_wgmma.h",), sm90a=True, page_boxes=True),
     # The Hopper warp-specialized pipeline: FP8 wgmma, TMA, persistent blocks (kernel_wgmma.h). The
     # KV tile 128 is its default but for unmasked D 128, whose three-consumer 64-key kernel is
     # faster (with a mask the 192-row blocks lose more on their diagonal tiles than they gain), and
@@ -107,7 +114,7 @@ class Target:
 
 
 TARGETS = {
-    "cuda": (Target("sm90", (9, 0), ("decode", "wgmma", "f16", "fp8mma")),  # H100 / H200
+    "cuda": (Target("sm90", (9, 0), ("decodewg", "decode", "wgmma", "f16", "fp8mma")),  # H100 / H200
              Target("sm89", (8, 9), ("fp8mma", "decode", "f16")),           # e4m3 mma.sync native
              Target("cuda", (-1, -1), ("decode", "f16", "fp8mma"))),
     "rocm": (Target("gfx9", (-1, -1), ("mfma",)),),
@@ -248,9 +255,10 @@ def table_file(gpu, ks):
     for k in ks:
         default, rows = _c(k.pipe.default_tile(k.d, k.mask) == k.kv), k.pipe.block_rows(k.d, k.kv, k.rows)
         out.append(f'    {{"{k.name}", {pipes.index(k.pipe.name)}, {k.d}, {FP8_KINDS[k.kind]}, {MASKS[k.mask]}, '
-                   f"{k.kv}, {default}, {k.rows}, {rows}, {_c(k.pipe.item_counter)}}},\n")
+                   f"{k.kv}, {default}, {k.rows}, {rows}, {_c(k.pipe.item_counter)}, {_c(k.pipe.page_boxes)}}},\n")
     if not ks:
-        out.append("    {nullptr, 0, 0, Fp8Kind::E4M3FN, MaskKind::kNone, 0, false, 0, 0, false},  // (none built)\n")
+        out.append("    {nullptr, 0, 0, Fp8Kind::E4M3FN, MaskKind::kNone, 0, false, 0, 0, false, false},"
+                   "  // (none built)\n")
     out.append("};\n}  // namespace\n\nconst FwdTable& fwd_table() {\n"
                f"  static const FwdTable t{{kPipes, {len(pipes)}, kTargets, {len(targets)}, kKvTiles, kKvTileNotes,\n"
                f'                          {len(tiles)}, "{rule}",\n'

@@ -150,7 +150,8 @@ WGMMA_LSE_TOL = 4e-2
 
 
 def is_wgmma(kernel_name: str) -> bool:
-    return kernel_name.startswith("fwd_wgmma_")
+    """Whether the kernel sums FP8 products on Hopper's wgmma (the prefill and the decodewg pipelines)."""
+    return kernel_name.startswith(("fwd_wgmma_", "fwd_decodewg"))
 
 
 def fp8_ulps(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:

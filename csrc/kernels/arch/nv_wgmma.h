@@ -8,6 +8,9 @@
 //   m64nNk32   SS  S(64 rows x N keys) += Q(64 x 32 of d) . K(N keys x 32 of d)^T, N = the KV tile (64, 128)
 //   m64nDk32   RS  O(64 rows x D)       += P(64 x 32 keys, registers) . Vt(D x 32 keys)^T
 //   m64n8k32   RS  L(64 rows x 8)       += P . ones: the row sums of P8 (l) on the tensor cores
+// and those of the decode pipeline (fwd/pipeline_decode_wgmma.h), the query rows on the N side:
+//   m64nRk32   SS  S^T(64 keys x R rows) += K(64 keys x 32 of d) . Q(R rows x 32 of d)^T, R = 8, 16
+//   m64nRk32   RS  O^T(64 of d x R rows) += Vt(64 of d x 32 keys, registers) . P(R rows x 32 keys)^T
 // Accumulator of warp w of the warpgroup, lane (g, t): d[4j + i] = row 16w + g + 8(i >> 1),
 // column 8j + 2t + (i & 1) -- the m16n8 fragment layout of mma.sync repeated over n8 blocks, so
 // the kernel's Sm89Tile row / column mapping and epilogue apply unchanged.
@@ -152,6 +155,7 @@ FP8ATTN_DEVICE void wgmma_wait() {
 #define FP8ATTN_R10(p) "%" #p "0, %" #p "1, %" #p "2, %" #p "3, %" #p "4, %" #p "5, %" #p "6, %" #p "7, %" #p "8, %" #p "9"
 #define FP8ATTN_R0_9 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9"
 #define FP8ATTN_REGS4 "%0, %1, %2, %3"
+#define FP8ATTN_REGS8 "%0, %1, %2, %3, %4, %5, %6, %7"
 #define FP8ATTN_REGS32 FP8ATTN_R0_9 ", " FP8ATTN_R10(1) ", " FP8ATTN_R10(2) ", %30, %31"
 #define FP8ATTN_REGS64 \
   FP8ATTN_R0_9 ", " FP8ATTN_R10(1) ", " FP8ATTN_R10(2) ", " FP8ATTN_R10(3) ", " FP8ATTN_R10(4) ", " FP8ATTN_R10(5) ", %60, %61, %62, %63"
@@ -218,6 +222,7 @@ struct Wgmma;
 #define FP8ATTN_O4_(d, i) FP8ATTN_O4(d)
 #define FP8ATTN_F4_(d, i) FP8ATTN_F4(d)
 FP8ATTN_WGMMA_SHAPE(8, 4, FP8ATTN_REGS4, FP8ATTN_O4_, FP8ATTN_F4_, 4, 5, 6, 7, 8, 9)
+FP8ATTN_WGMMA_SHAPE(16, 8, FP8ATTN_REGS8, FP8ATTN_O8, FP8ATTN_F8, 8, 9, 10, 11, 12, 13)
 FP8ATTN_WGMMA_SHAPE(64, 32, FP8ATTN_REGS32, FP8ATTN_O32, FP8ATTN_F32, 32, 33, 34, 35, 36, 37)
 FP8ATTN_WGMMA_SHAPE(128, 64, FP8ATTN_REGS64, FP8ATTN_O64, FP8ATTN_F64, 64, 65, 66, 67, 68, 69)
 FP8ATTN_WGMMA_SHAPE(256, 128, FP8ATTN_REGS128, FP8ATTN_O128, FP8ATTN_F128, 128, 129, 130, 131, 132, 133)
@@ -226,6 +231,7 @@ FP8ATTN_WGMMA_SHAPE(256, 128, FP8ATTN_REGS128, FP8ATTN_O128, FP8ATTN_F128, 128, 
 #undef FP8ATTN_O4_
 #undef FP8ATTN_F4_
 #undef FP8ATTN_REGS4
+#undef FP8ATTN_REGS8
 #undef FP8ATTN_F4
 #undef FP8ATTN_O4
 #undef FP8ATTN_O128

@@ -40,6 +40,7 @@ const FwdKernel* choose_fwd_kernel(const FwdTable& t, const FwdParams& p, const 
                                    int32_t preferred_pipe) {
   const MaskKind mask = mask_kind_of(p);
   const int64_t rows = packed_rows(p);
+  const bool boxes = p.block_table != nullptr && p.page_block_size > 0 && p.page_block_size % 16 == 0;
   // The pipeline's kernel for the call: of its kernels that serve it, the narrowest rows variant.
   const auto of_pipe = [&](int32_t pipe) -> const FwdKernel* {
     const FwdKernel* best = nullptr;
@@ -48,6 +49,7 @@ const FwdKernel* choose_fwd_kernel(const FwdTable& t, const FwdParams& p, const 
       if (k.pipe != pipe || k.head_dim != p.head_dim || k.fp8_kind != p.fp8_kind || k.mask != mask) continue;
       if (p.kv_tile == 0 ? !k.default_tile : k.kv_tile != p.kv_tile) continue;
       if (k.max_rows != 0 && rows > k.max_rows) continue;
+      if (k.page_boxes && !boxes) continue;
       const auto width = [](const FwdKernel& x) { return x.max_rows == 0 ? INT64_MAX : int64_t{x.max_rows}; };
       if (best == nullptr || width(k) < width(*best)) best = &k;
     }

@@ -5,7 +5,8 @@
 // A call's kernel: of the pipelines its device's target runs (in the target's preference order,
 // a FP8ATTN_PIPELINE preference first), the first with a kernel of the call's head dim, FP8 kind
 // and mask kind, at the call's kv_tile (0: the tile the pipeline prefers there), serving the
-// call's packed rows (decode kernels serve at most their max_rows; the narrowest that fits wins).
+// call's packed rows (decode kernels serve at most their max_rows; the narrowest that fits wins) and
+// its cache (page_boxes kernels: paged, block size a multiple of 16).
 // What choose_fwd_kernel returns is what runs and what forward_kernel (fp8attn.kernel_name) reports.
 #pragma once
 #include <cstdint>
@@ -26,6 +27,7 @@ struct FwdKernel {
   int32_t max_rows;   // serves calls of at most this many packed rows per (batch, kv head); 0: any
   int32_t block_rows; // packed query rows per block (its policy's kBlockM, asserted by its instance file)
   bool item_counter;  // takes FwdParams::item_counter (a dynamic work order) for varlen and masked calls
+  bool page_boxes;    // serves only calls over a paged cache of whole 16-key boxes (block size % 16 == 0)
 };
 
 // A kind of device: the pipelines it runs, in preference order.

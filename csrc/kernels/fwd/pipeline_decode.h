@@ -130,6 +130,7 @@ struct FwdPipelineNvDecode {
   using SL = DecodeSLayout<kNR>;
 
   static constexpr bool kBulk = nv::kBulkCopy;
+  static constexpr bool kPageBoxes = false;  // (every tile a page box: FwdPipelineNvDecodeWg)
 
   // Whether this warp's 16 keys of KV tile `tile` come as one TMA box (sm_90, a cache with tensor maps,
   // all 16 keys valid); in the swizzle (Policy::kSwizzle) when they do, and always before sm_90 (cp.async
@@ -199,12 +200,52 @@ struct FwdPipelineNvDecode {
     }
   }
 
+  // The tile's scores of this warp's keys (softmax.h: logits transform, mask), the row maxima over all 64
+  // keys (shared with the other warps through sRed: the block barrier) and the rows' online-softmax
+  // update (m, offset, alpha). True when some row of the warp moved (rescaling by 1 changes nothing).
+  FP8ATTN_DEVICE static bool tile_max(int tile, bool need_mask, const LogitsTransform (&logits)[kR],
+                                      const RowKeys<Problem::kHasMask> (&keys)[kR], float (&s)[SL::kSElems],
+                                      float* sRed, float (&m)[kR], float (&offset)[kR], float (&alpha)[kR]) {
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+    float mx[kR];
+    softmax_scores<SL, true>(s, logits, need_mask, tile * kBN + kKW * warp + g, keys, mx);
+    float* red = sRed + (tile & 1) * 4 * 16;  // [warp][row]; two buffers: one barrier per tile
+#pragma unroll
+    for (int ri = 0; ri < kR; ++ri)
+#pragma unroll
+      for (int x = 4; x < 32; x *= 2) mx[ri] = max_nan(mx[ri], nv::shfl_xor(mx[ri], x));
+    if (g == 0) {
+#pragma unroll
+      for (int n = 0; n < kNR; ++n)
+        *reinterpret_cast<float2*>(red + 16 * warp + 8 * n + 2 * t) = make_float2(mx[2 * n], mx[2 * n + 1]);
+    }
+    __syncthreads();
+#pragma unroll
+    for (int w = 0; w < 4; ++w)
+#pragma unroll
+      for (int n = 0; n < kNR; ++n) {
+        const float2 v = *reinterpret_cast<const float2*>(red + 16 * w + 8 * n + 2 * t);
+        mx[2 * n] = max_nan(mx[2 * n], v.x);
+        mx[2 * n + 1] = max_nan(mx[2 * n + 1], v.y);
+      }
+    bool moved = false;
+#pragma unroll
+    for (int ri = 0; ri < kR; ++ri) {
+      const RowUpdate u = softmax_update(m[ri], mx[ri], nv::Exp2Approx{});
+      m[ri] = u.m;
+      offset[ri] = u.offset;
+      alpha[ri] = u.alpha;
+      moved |= needs_rescale(alpha[ri]);
+    }
+    return __any_sync(0xffffffffu, moved);
+  }
+
   // One KV tile for this warp's 16 keys: S^T, the tile's row max (shared with the other warps
   // through sRed: the block barrier), P8, l and O^T.
   FP8ATTN_DEVICE static void step(int tile, bool need_mask, bool swz, const LogitsTransform (&logits)[kR],
                                   const RowKeys<Problem::kHasMask> (&keys)[kR], const typename Policy::PQuant& pq,
                                   const uint8_t* sQ, const uint8_t* stage, float* sRed, float acc[kNR][kChunks][4],
-                                  float lacc[kNR][4], float m[kR]) {
+                                  float lacc[kNR][4], float (&m)[kR]) {
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
     const uint8_t* sK = stage + kKW * warp * Policy::kRowStride;
     const uint8_t* sV = sK + kBN * Policy::kRowStride;
@@ -238,40 +279,8 @@ struct FwdPipelineNvDecode {
       }
     }
 
-    // logits, mask, row max over the warp's keys (softmax.h), then over the 4 warps
-    float mx[kR];
-    softmax_scores<SL, true>(reinterpret_cast<float(&)[SL::kSElems]>(s), logits, need_mask, tile * kBN + kKW * warp + g,
-                       keys, mx);
-    float* red = sRed + (tile & 1) * 4 * 16;  // [warp][row]; two buffers: one barrier per tile
-#pragma unroll
-    for (int ri = 0; ri < kR; ++ri)
-#pragma unroll
-      for (int x = 4; x < 32; x *= 2) mx[ri] = max_nan(mx[ri], nv::shfl_xor(mx[ri], x));
-    if (g == 0) {
-#pragma unroll
-      for (int n = 0; n < kNR; ++n)
-        *reinterpret_cast<float2*>(red + 16 * warp + 8 * n + 2 * t) = make_float2(mx[2 * n], mx[2 * n + 1]);
-    }
-    __syncthreads();
-#pragma unroll
-    for (int w = 0; w < 4; ++w)
-#pragma unroll
-      for (int n = 0; n < kNR; ++n) {
-        const float2 v = *reinterpret_cast<const float2*>(red + 16 * w + 8 * n + 2 * t);
-        mx[2 * n] = max_nan(mx[2 * n], v.x);
-        mx[2 * n + 1] = max_nan(mx[2 * n + 1], v.y);
-      }
-    float alpha[kR], offset[kR];
-    bool moved = false;
-#pragma unroll
-    for (int ri = 0; ri < kR; ++ri) {
-      const RowUpdate u = softmax_update(m[ri], mx[ri], nv::Exp2Approx{});
-      m[ri] = u.m;
-      offset[ri] = u.offset;
-      alpha[ri] = u.alpha;
-      moved |= needs_rescale(alpha[ri]);
-    }
-    if (__any_sync(0xffffffffu, moved)) {  // rescaling by 1 changes nothing: skip it when no row moved
+    float offset[kR], alpha[kR];
+    if (tile_max(tile, need_mask, logits, keys, reinterpret_cast<float(&)[SL::kSElems]>(s), sRed, m, offset, alpha)) {
 #pragma unroll
       for (int n = 0; n < kNR; ++n) {
 #pragma unroll
@@ -499,9 +508,8 @@ struct FwdPipelineNvDecode {
 // lengths issued together with them (the split's first block-table entries, guessed; p_scale, v_descale and
 // out_scale), so that the first KV copies wait for one memory round trip instead of three and the epilogue for
 // none.
-template <class Problem, class Policy>
+template <class Problem, class Policy, class Pipe>
 FP8ATTN_DEVICE void decode_block(const FwdParams& p) {
-  using Pipe = FwdPipelineNvDecode<Problem, Policy>;
   using Tile = typename Policy::Tile;
   extern __shared__ __align__(128) uint8_t smem[];
   const int warp = threadIdx.x / Tile::kWarpSize, lane = threadIdx.x % Tile::kWarpSize;
@@ -526,9 +534,9 @@ FP8ATTN_DEVICE void decode_block(const FwdParams& p) {
   FP8ATTN_TRACE(kTraceRowsStored);
 }
 
-template <class Problem, class Policy>
+template <class Problem, class Policy, class Pipe>
 __global__ void FP8ATTN_DECODE_BOUNDS(Policy) fwd_kernel_decode(const __grid_constant__ FwdParams p) {
-  decode_block<Problem, Policy>(p);
+  decode_block<Problem, Policy, Pipe>(p);
 }
 #undef FP8ATTN_DECODE_BOUNDS
 
@@ -541,16 +549,20 @@ inline bool pdl_supported() {  // per device, cached (not a stream operation: fi
   return cache[dev] == 2;
 }
 
-// The decode kernel of one (Problem, Policy): one block per (batch, kv head) and split (rows <=
+// The decode kernel of one (Problem, Policy, Pipe): one block per (batch, kv head) and split (rows <=
 // kBlockM), then the combine kernel when split; each as a programmatic dependent of the grid before it
-// (kDecodePdl; sm_90+ only).
-template <class Problem, class Policy>
+// (kDecodePdl; sm_90+ only). A pipeline that needs every tile as page boxes (Pipe::kPageBoxes) hands a
+// cache whose maps cannot be encoded to the mma.sync pipeline of the same rows (Policy::Base).
+template <class Problem, class Policy, class Pipe = FwdPipelineNvDecode<Problem, Policy>>
 void launch_decode_with(const FwdParams& p, cudaStream_t stream) {
-  auto* kern = &fwd_kernel_decode<Problem, Policy>;
+  auto* kern = &fwd_kernel_decode<Problem, Policy, Pipe>;
   // Paged cache on sm_90+: TMA boxes of 16 tokens when the layout allows (else per-row bulk copies).
   FwdParams q = with_divisors<Policy>(p);
   if (p.block_table != nullptr && pdl_supported()) {
     q.kv_tma = nv::encode_kv_page_maps(q, Policy::kRowStride, Policy::kSwizzle);
+  }
+  if constexpr (Pipe::kPageBoxes) {
+    if (!q.kv_tma) return launch_decode_with<Problem, typename Policy::Base>(p, stream);
   }
   // Once per kernel and process (not a stream operation: fine during graph capture).
   static const cudaError_t attr_err = cudaFuncSetAttribute(
