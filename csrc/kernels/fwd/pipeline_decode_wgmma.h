@@ -182,20 +182,37 @@ struct FwdPipelineNvDecodeWg : FwdPipelineNvDecode<Problem, Policy> {
       }
     __syncthreads();  // P8 complete (and every warp's zeroed V rows were before the max barrier)
 
+    // The tile's O^T and l in fresh accumulators, added to acc / lacc in fp32: the tensor cores sum FP8
+    // products with ~14 bits kept, so acc fed back across a long row loses the small terms of each tile
+    // (64 tiles per block: twice the error against fp64 at 32 x 8k, measured) -- the promotion every 64 keys
+    // keeps the error of the mma.sync kernel.
     const uint32_t ones[4] = {kOnesE4m3, kOnesE4m3, kOnesE4m3, kOnesE4m3};
+    float o[2][kAcc], l[kAcc];
     nv::wgmma_fence();
 #pragma unroll
     for (int ks = 0; ks < 2; ++ks) {
       const uint64_t b = Sw64::desc(sP, Policy::kBlockM, 0, 32 * ks);
-      Wg::rs(acc[0], va[0][ks], b, 1);
-      Wg::rs(acc[1], va[1][ks], b, 1);
-      Wg::rs(lacc, ones, b, 1);
+      if (ks == 0) {
+        Wg::rs_first(o[0], va[0][ks], b);
+        Wg::rs_first(o[1], va[1][ks], b);
+        Wg::rs_first(l, ones, b);
+      } else {
+        Wg::rs(o[0], va[0][ks], b, 1);
+        Wg::rs(o[1], va[1][ks], b, 1);
+        Wg::rs(l, ones, b, 1);
+      }
     }
     nv::wgmma_commit();
     nv::wgmma_wait<0>();
-    nv::fence_operands(acc[0]);
-    nv::fence_operands(acc[1]);
-    nv::fence_operands(lacc);
+    nv::fence_operands(o[0]);
+    nv::fence_operands(o[1]);
+    nv::fence_operands(l);
+#pragma unroll
+    for (int e = 0; e < kAcc; ++e) {
+      acc[0][e] += o[0][e];
+      acc[1][e] += o[1][e];
+      lacc[e] += l[e];
+    }
   }
 
   // O^T, l, m -> warp 0's FwdState in the Sm89Tile layout (rows g, g + 8; columns 8j + 2t), through the ring.
