@@ -50,9 +50,9 @@ def role_of(demangled: str) -> str:
         return "combine"
     if "fwd_kernel_wgmma" in demangled:
         return "wgmma"
-    m = re.search(r"FwdPolicyNvDecode<fp8attn::FwdProblem<[^>]*>, (\d+)", demangled)
+    m = re.search(r"FwdPolicyNvDecode(Wg)?<fp8attn::FwdProblem<[^>]*>, (\d+)", demangled)
     if m:
-        return f"decode{8 * int(m.group(1))}"
+        return f"decode{'wg' if m.group(1) else ''}{8 * int(m.group(2))}"
     if "FwdPipelineNvF16" in demangled:
         return "f16"
     if "FwdPipeline<" in demangled:

@@ -201,7 +201,7 @@ def test_h200_kernels(progs) -> None:
 
 def test_h200_decode_over_page_boxes(progs) -> None:
     """Compute capability 9.0, a paged cache of 16-key-multiple blocks: the wgmma decode kernels (D 128, e4m3fn),
-    planned like the mma.sync ones; other pages, head dims, kinds and the dense layout keep the decode pipeline,
+    with their own split plan; other pages, head dims, kinds and the dense layout keep the decode pipeline,
     and FP8ATTN_PIPELINE=decode selects it (the A/B of the two)."""
     c = progs["cuda"]
     for page in (16, 32, 256):
@@ -212,10 +212,9 @@ def test_h200_decode_over_page_boxes(progs) -> None:
         assert choose(c, sq=1, **kw)[1] == "decode"
     assert choose(c, sq=5, page=16)[1] == "wgmma"  # 20 rows: prefill
     assert choose(c, dev=A100, sq=1, page=16)[1] == "decode"
-    for sq, rows in ((1, 8), (4, 16)):
-        assert choose(c, sq=sq, sk=8192, B=8, causal=True, page=16)[2:] == choose(c, sq=sq, sk=8192, B=8,
-                                                                                 causal=True)[2:]
-        assert choose(c, sq=sq, page=16)[2] == str(rows)
+    # their split plan fills 4 blocks per SM at 8 and 16 rows (decode_wg_blocks_per_sm; the 16-row mma.sync kernel: 3)
+    assert choose(c, sq=1, sk=8192, B=8, causal=True, page=16)[1:] == ("decodewg", "8", "8")
+    assert choose(c, sq=4, sk=8192, B=8, causal=True, page=16)[1:] == ("decodewg", "16", "8")
 
 
 def test_other_cuda_devices(progs) -> None:

@@ -61,10 +61,17 @@ class Pipeline:
     sm90a: bool = False  # built only when the build generates sm_90a code
     item_counter: bool = False  # takes FwdParams::item_counter (dynamic work order) for varlen / masked calls
     page_boxes: bool = False  # serves only paged caches of 16-key-multiple blocks (its tiles are TMA page boxes)
+    blocks_per_sm: object = None  # decode pipelines: (head dim, rows) -> the policy's kBlocksPerSm (its split plan)
 
 
 def _wgmma_rows(d, kv, rows):  # policy_wgmma.h wgmma_consumers: 64 rows per consumer warpgroup
     return 64 * (3 if d == 64 or (d == 128 and kv == 64) else 2)
+
+
+def _decode_blocks(d, rows):  # decode_config.h decode_blocks_per_sm (asserted by the instance files)
+    if rows <= 8:
+        return 4 if d <= 192 else 3
+    return 4 if d <= 64 else 3 if d <= 128 else 2
 
 
 def _mfma_rows(d, kv, rows):  # policy.h on gfx9's 64 KiB LDS: 4 wavefronts x 32 rows up to D 128, 2 at 192, 1 at 256
@@ -84,13 +91,14 @@ PIPELINES = (
     # the f16 MMA, one n8 tile per 8 rows, FP8 K/V ring widened in registers: pipeline_decode.h.
     Pipeline("decode", "cuda", ("sm80", "sm86", "sm90", "sm90a"), "FwdPolicyNvDecode<{problem}, {rows} / 8>",
              "launch_decode_with<{problem}, Policy>", lambda d, kv, rows: rows, rows=(8, 16),
-             includes=("kernels/fwd/pipeline_decode.h",)),
+             includes=("kernels/fwd/pipeline_decode.h",), blocks_per_sm=_decode_blocks),
     # Decode on the Hopper FP8 tensor cores: S^T and O^T by wgmma with the rows on N, K and V as FP8
     # operands (no widening), over paged caches of whole 16-key page boxes: pipeline_decode_wgmma.h.
     Pipeline("decodewg", "cuda", ("sm90a",), "FwdPolicyNvDecodeWg<{problem}, {rows} / 8>",
              "launch_decode_with<{problem}, Policy, FwdPipelineNvDecodeWg<{problem}, Policy>>",
              lambda d, kv, rows: rows, head_dims=(128,), kinds=("e4m3fn",), rows=(8, 16),
-             includes=("kernels/fwd/pipeline_decode_wgmma.h",), sm90a=True, page_boxes=True),
+             includes=("kernels/fwd/pipeline_decode_wgmma.h",), sm90a=True, page_boxes=True,
+             blocks_per_sm=lambda d, rows: 4),  # decode_config.h decode_wg_blocks_per_sm
     # The Hopper warp-specialized pipeline: FP8 wgmma, TMA, persistent blocks (kernel_wgmma.h). The
     # KV tile 128 is its default but for unmasked D 128, whose three-consumer 64-key kernel is
     # faster (with a mask the 192-row blocks lose more on their diagonal tiles than they gain), and
@@ -197,12 +205,19 @@ def file_of(k):
     return f"fwd_{k.pipe.name}_hd{k.d}_{k.kind}_{k.mask}_kv{k.kv}"
 
 
+def _blocks_per_sm(k):
+    return k.pipe.blocks_per_sm(k.d, k.rows) if k.pipe.blocks_per_sm else 0
+
+
 def instance_file(ks):
     p = ks[0].pipe
     inc = "".join(f'#include "{h}"\n' for h in p.includes)
+    def plan(i, k):  # the decode kernels' blocks per SM, as their split plan assumes
+        return (f"static_assert(Policy{i}::kBlocksPerSm == {_blocks_per_sm(k)}, "
+                f'"generate.py: the blocks per SM of {k.name}");\n') if p.blocks_per_sm else ""
     body = "".join(f"\nusing Policy{i} = {k.fill(p.policy)};\n"
                    f"static_assert(Policy{i}::kBlockM == {p.block_rows(k.d, k.kv, k.rows)}, "
-                   f'"generate.py: the block rows of {k.name}");\n'
+                   f'"generate.py: the block rows of {k.name}");\n' + plan(i, k) +
                    f"void {k.name}(const FwdParams& p, cudaStream_t stream) {{\n"
                    f"  using Policy = Policy{i};\n  {k.fill(p.launch)}(p, stream);\n}}\n" for i, k in enumerate(ks))
     return (HEADER + '#include "kernels/fwd/launch.h"\n' + inc + "\nnamespace fp8attn {\n"
@@ -255,9 +270,10 @@ def table_file(gpu, ks):
     for k in ks:
         default, rows = _c(k.pipe.default_tile(k.d, k.mask) == k.kv), k.pipe.block_rows(k.d, k.kv, k.rows)
         out.append(f'    {{"{k.name}", {pipes.index(k.pipe.name)}, {k.d}, {FP8_KINDS[k.kind]}, {MASKS[k.mask]}, '
-                   f"{k.kv}, {default}, {k.rows}, {rows}, {_c(k.pipe.item_counter)}, {_c(k.pipe.page_boxes)}}},\n")
+                   f"{k.kv}, {default}, {k.rows}, {rows}, {_c(k.pipe.item_counter)}, {_c(k.pipe.page_boxes)}, "
+                   f"{_blocks_per_sm(k)}}},\n")
     if not ks:
-        out.append("    {nullptr, 0, 0, Fp8Kind::E4M3FN, MaskKind::kNone, 0, false, 0, 0, false, false},"
+        out.append("    {nullptr, 0, 0, Fp8Kind::E4M3FN, MaskKind::kNone, 0, false, 0, 0, false, false, 0},"
                    "  // (none built)\n")
     out.append("};\n}  // namespace\n\nconst FwdTable& fwd_table() {\n"
                f"  static const FwdTable t{{kPipes, {len(pipes)}, kTargets, {len(targets)}, kKvTiles, kKvTileNotes,\n"

@@ -1,6 +1,6 @@
 // Tunables of the decode kernels (pipeline_decode.h; the fwd_decode* rows of the kernel table),
-// shared by the host split heuristic (dispatch.cpp: choose_num_splits) and the pipeline. Host-only
-// code: no kernels. To adopt another measured variant (lab/standalone/decode_bench.cu), edit
+// shared by the pipelines and the kernel table (generate.py emits each decode kernel's blocks per SM,
+// which its instance file asserts and choose_num_splits plans with). Host-only code: no kernels. To adopt another measured variant (lab/standalone/decode_bench.cu), edit
 // decode_blocks_per_sm.
 #pragma once
 #include <algorithm>
@@ -34,6 +34,9 @@ constexpr int decode_blocks_per_sm(int rows, int head_dim) {
 }
 template <int kRows, int kHeadDim>
 using DecodeDefault = DecodeConfig<decode_blocks_per_sm(kRows, kHeadDim)>;
+// The same for the wgmma decode kernels (pipeline_decode_wgmma.h, D 128): 4 at 8 and 16 rows, whose
+// accumulators are 2-4 registers per row and warp (128 registers without spills, 3-tile rings).
+constexpr int decode_wg_blocks_per_sm(int /*rows*/) { return 4; }
 constexpr int kDecodeMinTilesPerSplit = 2;  // a split streams at least 128 keys
 constexpr bool kDecodePdl = true;           // decode and combine kernels by Programmatic Dependent Launch (sm_90+)
 constexpr int kDecodeMaxSplits = 128;       // every kernel's split limit: = kMaxSplits (kernel.h; asserted in pipeline_decode.h)

@@ -91,7 +91,7 @@ int32_t choose_num_splits(const FwdParams& p, const FwdKernel& k, int32_t num_sm
   // The decode kernels (one block per (batch, kv head)) split to fill the waves of their resident
   // blocks (decode_config.h).
   if (k.max_rows > 0)
-    return decode_num_splits(blocks, tiles, num_sm, decode_blocks_per_sm(k.block_rows, k.head_dim), min_tiles);
+    return decode_num_splits(blocks, tiles, num_sm, k.blocks_per_sm, min_tiles);
   // Other kernels only when their blocks do not fill every multiprocessor: at most one wave of about
   // three blocks per multiprocessor; then the fewest splits with the same tiles per split (none
   // left empty).

@@ -28,6 +28,7 @@ struct FwdKernel {
   int32_t block_rows; // packed query rows per block (its policy's kBlockM, asserted by its instance file)
   bool item_counter;  // takes FwdParams::item_counter (a dynamic work order) for varlen and masked calls
   bool page_boxes;    // serves only calls over a paged cache of whole 16-key boxes (block size % 16 == 0)
+  int32_t blocks_per_sm;  // decode kernels: the resident blocks per SM their split plan fills (0: others)
 };
 
 // A kind of device: the pipelines it runs, in preference order.

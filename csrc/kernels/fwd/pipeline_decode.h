@@ -552,7 +552,7 @@ inline bool pdl_supported() {  // per device, cached (not a stream operation: fi
 // The decode kernel of one (Problem, Policy, Pipe): one block per (batch, kv head) and split (rows <=
 // kBlockM), then the combine kernel when split; each as a programmatic dependent of the grid before it
 // (kDecodePdl; sm_90+ only). A pipeline that needs every tile as page boxes (Pipe::kPageBoxes) hands a
-// cache whose maps cannot be encoded to the mma.sync pipeline of the same rows (Policy::Base).
+// cache whose maps cannot be encoded to the mma.sync pipeline of the same rows (Policy::Fallback).
 template <class Problem, class Policy, class Pipe = FwdPipelineNvDecode<Problem, Policy>>
 void launch_decode_with(const FwdParams& p, cudaStream_t stream) {
   auto* kern = &fwd_kernel_decode<Problem, Policy, Pipe>;
@@ -562,7 +562,7 @@ void launch_decode_with(const FwdParams& p, cudaStream_t stream) {
     q.kv_tma = nv::encode_kv_page_maps(q, Policy::kRowStride, Policy::kSwizzle);
   }
   if constexpr (Pipe::kPageBoxes) {
-    if (!q.kv_tma) return launch_decode_with<Problem, typename Policy::Base>(p, stream);
+    if (!q.kv_tma) return launch_decode_with<Problem, typename Policy::Fallback>(p, stream);
   }
   // Once per kernel and process (not a stream operation: fine during graph capture).
   static const cudaError_t attr_err = cudaFuncSetAttribute(

@@ -31,9 +31,10 @@
 
 namespace fp8attn {
 
-template <class Problem, int kRowTiles_, class Cfg = DecodeDefault<8 * kRowTiles_, Problem::kHeadDim>>
+template <class Problem, int kRowTiles_, class Cfg = DecodeConfig<decode_wg_blocks_per_sm(8 * kRowTiles_)>>
 struct FwdPolicyNvDecodeWg : FwdPolicyNvDecode<Problem, kRowTiles_, Cfg> {
   using Base = FwdPolicyNvDecode<Problem, kRowTiles_, Cfg>;
+  using Fallback = FwdPolicyNvDecode<Problem, kRowTiles_>;  // (a cache without page maps: launch_decode_with)
   static_assert(Problem::kHeadDim == 128 && Problem::kFp8 == Fp8Kind::E4M3FN,
                 "the wgmma decode kernel: D 128 rows in the 128-byte swizzle, e4m3 operands");
   static constexpr int kBlockM = Base::kBlockM;
