@@ -6,7 +6,7 @@
 #   scripts/gpu_check.sh [OUTDIR]          (default: gpu-results/)
 # Knobs (env): FP8ATTN_HEAD_DIMS / FP8ATTN_FP8_KINDS (build filter), TORCH_CUDA_ARCH_LIST (default:
 # this GPU, with the 'a' suffix on sm_90), MAX_JOBS, PYTEST_ARGS, BENCH_ARGS, SKIP_SANITIZE=1,
-# SKIP_BUILD=1, SKIP_TESTS=1, SKIP_BENCH=1, SKIP_PORTABLE=1 (no second test pass on Hopper),
+# SKIP_BUILD=1, SKIP_TESTS=1, SKIP_BENCH=1, SKIP_PORTABLE=1 (no f16 / mma.sync-decode test passes on Hopper),
 # STEP_TIMEOUT (seconds per test / sanitizer / bench step, default 1200: a kernel that hangs fails
 # its step instead of the whole run); FA3_DIR (a flash-attention checkout's hopper/) and
 # CUTLASS_DIR (the CUTLASS it pins): after the benchmark, build lab/standalone/fa3_peer (sm_90a)
@@ -48,6 +48,10 @@ if [ -z "${SKIP_TESTS:-}" ]; then
   if [ -z "${SKIP_PORTABLE:-}" ] && python3 -c 'import sys, torch; sys.exit(torch.cuda.get_device_capability() != (9, 0))'; then
     echo "== GPU tests (FP8ATTN_PIPELINE=f16: the portable pipeline)"
     FP8ATTN_PIPELINE=f16 timeout "$T" python3 -m pytest -q -rs tests/gpu ${PYTEST_ARGS:-} 2>&1 | tee "$OUTDIR/tests_gpu_f16.log" | tail -15
+    [ "${PIPESTATUS[0]}" = 0 ] || rc=1
+    # ... and on the mma.sync decode kernels, which decodewg replaces for paged D 128 calls there.
+    echo "== GPU tests (FP8ATTN_PIPELINE=decode: the mma.sync decode kernels)"
+    FP8ATTN_PIPELINE=decode timeout "$T" python3 -m pytest -q -rs tests/gpu ${PYTEST_ARGS:-} 2>&1 | tee "$OUTDIR/tests_gpu_decode.log" | tail -15
     [ "${PIPESTATUS[0]}" = 0 ] || rc=1
   fi
 fi
