@@ -3,7 +3,7 @@
 # (or the subset selected by FP8ATTN_HEAD_DIMS / FP8ATTN_FP8_KINDS), the Hopper wgmma kernels, the
 # kernel table, launchers and dispatch, for sm_90a and sm_89. Also asserts that the e4m3 mma.sync
 # atom is what the fn instances use (the PTX must contain mma...e4m3.e4m3), that the wgmma
-# instances issue FP8 wgmma, reports register spills (fails on them in the wgmma instances) and fails on
+# and decodewg instances issue FP8 wgmma, reports register spills (fails on them in those instances) and fails on
 # ptxas-serialized wgmma (C7511 / C7513 / C7520 ...). Then the equivalence check of the compiled
 # kernels against scripts/ci_nvcc_baseline.json (scripts/ci_nvcc_sass.py): per instance, arch and
 # kernel no more registers or spills, and the same opcode mix in the SASS main loop (within 1 %).
@@ -40,7 +40,7 @@ compile() {  # $1 = source
     echo "warning: register spills in $base: $(grep "spill stores" "$work/$base.log" | grep -v " 0 bytes spill" | sort -u | tr -s ' ' | paste -sd';')"
     # The Hopper instances run at their register limits (setmaxnreg budgets): a spill there is a
     # regression of the fast path (issue 4: no spills), not a fallback's warning.
-    case $base in fwd_wgmma_*) echo "FAILED: register spills in the wgmma instance $base"; return 1 ;; esac
+    case $base in fwd_wgmma_*|fwd_decodewg_*) echo "FAILED: register spills in the wgmma instance $base"; return 1 ;; esac
   fi
   # ptxas info lines, not warnings (C7513, C7514, C7520, ...): every wgmma is then waited for one by
   # one, which silently removes the softmax / P.V overlap -- a performance bug, so it fails the check.
@@ -71,6 +71,15 @@ if [ -n "$one" ]; then
     grep -q "wgmma.mma_async.sync.aligned.$shape.f32.e4m3.e4m3" "$work/wg.ptx" || { echo "wgmma $shape missing in $one"; exit 1; }
   done
   echo "ok: FP8 wgmma m64n64k32 / m64n128k32 / m64n8k32 present"
+fi
+# The decodewg instances too: both products and l as FP8 wgmma with the rows on N (8 and 16).
+one=$(ls "$work"/gen/fwd_decodewg_hd128_e4m3fn_band_kv64.cu 2>/dev/null | head -1 || true)
+if [ -n "$one" ]; then
+  "$NVCC" -std=c++17 -O3 -I csrc -arch=compute_90a -ptx "$one" -o "$work/dwg.ptx"
+  for shape in m64n8k32 m64n16k32; do
+    grep -q "wgmma.mma_async.sync.aligned.$shape.f32.e4m3.e4m3" "$work/dwg.ptx" || { echo "wgmma $shape missing in $one"; exit 1; }
+  done
+  echo "ok: FP8 wgmma m64n8k32 / m64n16k32 present in the decodewg kernels"
 fi
 echo "compile: $(( $(date +%s) - start )) s"
 
