@@ -27,10 +27,10 @@ CLANG=${CLANG:-clang++-22}
 start=$(date +%s)
 
 # ---- 1. portable-source rules (cheap; first) -------------------------------------------------
-# NVIDIA-only files: the mma.sync and wgmma atoms, the sm_90 f16 and decode pipelines and the
+# NVIDIA-only files: the mma.sync and wgmma atoms, the sm_90 f16 and decode pipelines, decodewg and the
 # Hopper wgmma pipeline (included by the sm90 / sm90a instances only).
 # The AMD atoms may do lane arithmetic (64-lane wavefronts: lane & 31 is the MFMA column).
-nv_only='csrc/kernels/arch/nv_(mma|wgmma).h|csrc/kernels/fwd/(pipeline_f16|pipeline_decode|policy_wgmma|pipeline_wgmma|kernel_wgmma).h'
+nv_only='csrc/kernels/arch/nv_(mma|wgmma).h|csrc/kernels/fwd/(pipeline_f16|pipeline_decode|pipeline_decode_wgmma|policy_wgmma|pipeline_wgmma|kernel_wgmma).h'
 src="csrc/kernels csrc/cuda --include=*.h --include=*.cu --include=*.cuh"
 viol=$( { grep -rnE '__shfl_[a-z_]*sync|__ballot_sync|__activemask|0xffffffff|cuda_fp8\.h|__nv_fp8|warpSize' $src || true
           grep -rnE '\b(threadIdx\.x|lane)\s*[/%&]\s*(32|31)\b|\b32\s*\*\s*kWarps' $src |
