@@ -200,14 +200,17 @@ def test_h200_kernels(progs) -> None:
 
 
 def test_h200_decode_over_page_boxes(progs) -> None:
-    """Compute capability 9.0, a paged cache of 16-key-multiple blocks: the wgmma decode kernels (D 128, e4m3fn),
+    """Compute capability 9.0, a paged cache of 16-key-multiple blocks: the wgmma decode kernels (D 64 / 128 / 256,
+    e4m3fn),
     with their own split plan; other pages, head dims, kinds and the dense layout keep the decode pipeline,
     and FP8ATTN_PIPELINE=decode selects it (the A/B of the two)."""
     c = progs["cuda"]
     for page in (16, 32, 256):
         assert choose(c, sq=1, page=page)[0] == "fwd_decodewg8_hd128_e4m3fn_nomask_kv64"
         assert choose(c, sq=4, causal=True, page=page)[0] == "fwd_decodewg16_hd128_e4m3fn_band_kv64"
-    for kw in (dict(page=8), dict(page=24), dict(page=0), dict(page=16, D=64), dict(page=16, fnuz=True),
+    for D in (64, 256):
+        assert choose(c, sq=1, D=D, page=16)[0] == f"fwd_decodewg8_hd{D}_e4m3fn_nomask_kv64"
+    for kw in (dict(page=8), dict(page=24), dict(page=0), dict(page=16, D=80), dict(page=16, fnuz=True),
                dict(page=16, pipe="decode")):
         assert choose(c, sq=1, **kw)[1] == "decode"
     assert choose(c, sq=5, page=16)[1] == "wgmma"  # 20 rows: prefill
@@ -215,6 +218,7 @@ def test_h200_decode_over_page_boxes(progs) -> None:
     # their split plan fills 4 blocks per SM at 8 and 16 rows (decode_wg_blocks_per_sm; the 16-row mma.sync kernel: 3)
     assert choose(c, sq=1, sk=8192, B=8, causal=True, page=16)[1:] == ("decodewg", "8", "8")
     assert choose(c, sq=4, sk=8192, B=8, causal=True, page=16)[1:] == ("decodewg", "16", "8")
+    assert choose(c, sq=1, sk=8192, B=8, causal=True, page=16, D=256)[1:] == ("decodewg", "8", "4")  # 2 per SM
 
 
 def test_other_cuda_devices(progs) -> None:

@@ -96,9 +96,9 @@ PIPELINES = (
     # operands (no widening), over paged caches of whole 16-key page boxes: pipeline_decode_wgmma.h.
     Pipeline("decodewg", "cuda", ("sm90a",), "FwdPolicyNvDecodeWg<{problem}, {rows} / 8>",
              "launch_decode_with<{problem}, Policy, FwdPipelineNvDecodeWg<{problem}, Policy>>",
-             lambda d, kv, rows: rows, head_dims=(128,), kinds=("e4m3fn",), rows=(8, 16),
+             lambda d, kv, rows: rows, head_dims=(64, 128, 256), kinds=("e4m3fn",), rows=(8, 16),
              includes=("kernels/fwd/pipeline_decode_wgmma.h",), sm90a=True, page_boxes=True,
-             blocks_per_sm=lambda d, rows: 4),  # decode_config.h decode_wg_blocks_per_sm
+             blocks_per_sm=lambda d, rows: 4 if d <= 128 else 2),  # decode_config.h decode_wg_blocks_per_sm
     # The Hopper warp-specialized pipeline: FP8 wgmma, TMA, persistent blocks (kernel_wgmma.h). The
     # KV tile 128 is its default but for unmasked D 128, whose three-consumer 64-key kernel is
     # faster (with a mask the 192-row blocks lose more on their diagonal tiles than they gain), and

@@ -62,25 +62,27 @@ inline bool encode_tiled_map(void* map, const void* base, int rank, const int64_
 
 // The map of a paged K or V cache [num_blocks, block_size, Hkv, D] (strides in bytes: head, row,
 // block): boxes of 16 tokens x 1 kv head x `box_width` bytes (past D: zeros, the rows' padding), in
-// the 128-byte swizzle (128-byte rows) or none.
+// the operand swizzle of `swizzle` bytes (64 or 128; = box_width) or none (0).
 inline bool encode_page_map(void* map, const void* base, int d, int hkv, int block_size, int num_blocks,
                             int64_t head_stride, int64_t row_stride, int64_t block_stride, int box_width,
-                            bool swizzle128) {
-  if (box_width % 16 || block_size % 16 || (swizzle128 && box_width != 128)) return false;
+                            int swizzle) {
+  if (box_width % 16 || block_size % 16 || (swizzle && box_width != swizzle)) return false;
   const int64_t dims[4] = {d, hkv, block_size, num_blocks};
   const int64_t strides[3] = {head_stride, row_stride, block_stride};
   const int box[4] = {box_width, 1, 16, 1};
   return encode_tiled_map(map, base, 4, dims, strides, box,
-                          swizzle128 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_NONE);
+                          swizzle == 128  ? CU_TENSOR_MAP_SWIZZLE_128B
+                          : swizzle == 64 ? CU_TENSOR_MAP_SWIZZLE_64B
+                                          : CU_TENSOR_MAP_SWIZZLE_NONE);
 }
 
 // The page maps of a paged call's K and V caches into q.k_tmap / q.v_tmap (the decode ring's, and the
 // wgmma prefill's at box_width 128 in the swizzle); false when either layout does not allow one.
-inline bool encode_kv_page_maps(FwdParams& q, int box_width, bool swizzle128) {
+inline bool encode_kv_page_maps(FwdParams& q, int box_width, int swizzle) {
   return encode_page_map(q.k_tmap, q.k, q.head_dim, q.num_heads_k, q.page_block_size, q.num_cache_blocks,
-                         q.k_head_stride, q.k_row_stride, q.k_batch_stride, box_width, swizzle128) &&
+                         q.k_head_stride, q.k_row_stride, q.k_batch_stride, box_width, swizzle) &&
          encode_page_map(q.v_tmap, q.v, q.head_dim, q.num_heads_k, q.page_block_size, q.num_cache_blocks,
-                         q.v_head_stride, q.v_row_stride, q.v_batch_stride, box_width, swizzle128);
+                         q.v_head_stride, q.v_row_stride, q.v_batch_stride, box_width, swizzle);
 }
 
 // One box of the rank-4 `map` (a kernel parameter: __grid_constant__) at element coordinates

@@ -34,9 +34,10 @@ constexpr int decode_blocks_per_sm(int rows, int head_dim) {
 }
 template <int kRows, int kHeadDim>
 using DecodeDefault = DecodeConfig<decode_blocks_per_sm(kRows, kHeadDim)>;
-// The same for the wgmma decode kernels (pipeline_decode_wgmma.h, D 128): 4 at 8 and 16 rows, whose
-// accumulators are 2-4 registers per row and warp (128 registers without spills, 3-tile rings).
-constexpr int decode_wg_blocks_per_sm(int /*rows*/) { return 4; }
+// The same for the wgmma decode kernels (pipeline_decode_wgmma.h): 4 at 8 and 16 rows up to D 128, whose
+// accumulators are 2-4 registers per row and warp (128 registers without spills; D 128: 3-tile rings), 2 at
+// D 256 (32 KiB tiles: 3-tile rings).
+constexpr int decode_wg_blocks_per_sm(int /*rows*/, int head_dim) { return head_dim <= 128 ? 4 : 2; }
 constexpr int kDecodeMinTilesPerSplit = 2;  // a split streams at least 128 keys
 constexpr bool kDecodePdl = true;           // decode and combine kernels by Programmatic Dependent Launch (sm_90+)
 constexpr int kDecodeMaxSplits = 128;       // every kernel's split limit: = kMaxSplits (kernel.h; asserted in pipeline_decode.h)

@@ -115,7 +115,7 @@ __global__ void __launch_bounds__(Policy::kThreads, 1) fwd_kernel_wgmma(const __
 // every tile then takes cp.async.
 template <class Policy>
 bool encode_kv_maps(FwdParams& q) {
-  if (q.block_table) return Policy::kSw == 128 && nv::encode_kv_page_maps(q, 128, true);
+  if (q.block_table) return Policy::kSw == 128 && nv::encode_kv_page_maps(q, 128, 128);
   if (q.cu_seqlens_k && q.total_k <= 0) return false;
   const CUtensorMapSwizzle sw = Policy::kSw == 128 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_64B;
   const auto encode = [&](void* map, const void* base, int64_t head, int64_t row, int64_t batch) {

@@ -90,6 +90,7 @@ struct FwdPolicyNvDecode {
   static constexpr bool kSwizzle = kD == 128;
   static constexpr int kRowStride = kSwizzle || kChunks % 2 ? kD : kD + 16;
   static constexpr int kRingAlign = kSwizzle ? 1024 : 16;  // (the swizzle's period)
+  static constexpr int kBoxBytes = kRowStride, kBoxSwizzle = kSwizzle ? 128 : 0;  // a page box (launch_decode_with)
   // The swizzle's XOR of ring row `row`: its chunk ch is at 16-byte chunk ch ^ swizzle_xor(row).
   FP8ATTN_HD static constexpr int swizzle_xor(int row) { return kSwizzle ? row & 7 : 0; }
   static constexpr bool kRowCopy = Cfg::kRowCopy;
@@ -559,7 +560,7 @@ void launch_decode_with(const FwdParams& p, cudaStream_t stream) {
   // Paged cache on sm_90+: TMA boxes of 16 tokens when the layout allows (else per-row bulk copies).
   FwdParams q = with_divisors<Policy>(p);
   if (p.block_table != nullptr && pdl_supported()) {
-    q.kv_tma = nv::encode_kv_page_maps(q, Policy::kRowStride, Policy::kSwizzle);
+    q.kv_tma = nv::encode_kv_page_maps(q, Policy::kBoxBytes, Policy::kBoxSwizzle);
   }
   if constexpr (Pipe::kPageBoxes) {
     if (!q.kv_tma) return launch_decode_with<Problem, typename Policy::Fallback>(p, stream);

@@ -31,27 +31,34 @@
 
 namespace fp8attn {
 
-template <class Problem, int kRowTiles_, class Cfg = DecodeConfig<decode_wg_blocks_per_sm(8 * kRowTiles_)>>
+template <class Problem, int kRowTiles_,
+          class Cfg = DecodeConfig<decode_wg_blocks_per_sm(8 * kRowTiles_, Problem::kHeadDim)>>
 struct FwdPolicyNvDecodeWg : FwdPolicyNvDecode<Problem, kRowTiles_, Cfg> {
   using Base = FwdPolicyNvDecode<Problem, kRowTiles_, Cfg>;
   using Fallback = FwdPolicyNvDecode<Problem, kRowTiles_>;  // (a cache without page maps: launch_decode_with)
-  static_assert(Problem::kHeadDim == 128 && Problem::kFp8 == Fp8Kind::E4M3FN,
-                "the wgmma decode kernel: D 128 rows in the 128-byte swizzle, e4m3 operands");
+  static constexpr int kD = Problem::kHeadDim;
+  static_assert((kD == 64 || kD == 128 || kD == 256) && Problem::kFp8 == Fp8Kind::E4M3FN,
+                "the wgmma decode kernel: D 64 / 128 / 256 in the operand swizzle, e4m3 operands");
   static constexpr int kBlockM = Base::kBlockM;
-  // Shared memory from a 1024-byte aligned base: ring [kStages][K, V][64][128] (swizzled) | Q8 [kBlockM][128]
-  // (swizzled) | P8 [kBlockM][64] (64-byte swizzle) | row maxima [2][4][16] f32 | ring mbarriers [4 warps][8].
+  // K, V, Q8 tiles: rows of D bytes in the wgmma operand swizzle of kSw bytes (D 256: two column blocks of
+  // 128), what the page boxes of kSw bytes land as.
+  static constexpr int kSw = kD == 64 ? 64 : 128;
+  static constexpr int kBoxBytes = kSw, kBoxSwizzle = kSw;  // (the page maps: launch_decode_with)
+  static constexpr int kStageBytes = 2 * Base::kBlockN * kD;
+  // Shared memory from a 1024-byte aligned base: ring [kStages][K, V] | Q8 [kBlockM rows] | P8 [kBlockM][64]
+  // (64-byte swizzle) | row maxima [2][4][16] f32 | ring mbarriers [4 warps][8].
   static constexpr int kOffRing = 0;
-  static constexpr int kFixed = kBlockM * 128 + kBlockM * 64 + 2 * 4 * 16 * 4 + 4 * 8 * 8;
-  static constexpr int kFit = (nv::Sm89::kSmemLimit / Cfg::kBlocksPerSm - 1024 - 1024 - kFixed) / Base::kStageBytes;
+  static constexpr int kFixed = kBlockM * kD + kBlockM * 64 + 2 * 4 * 16 * 4 + 4 * 8 * 8;
+  static constexpr int kFit = (nv::Sm89::kSmemLimit / Cfg::kBlocksPerSm - 1024 - 1024 - kFixed) / kStageBytes;
   static constexpr int kStages = Cfg::kStages ? Cfg::kStages : kFit < 2 ? 2 : kFit > 8 ? 8 : kFit;
   static_assert(kStages <= 8, "a warp has 8 ring mbarriers");
-  static constexpr int kOffQ = kOffRing + kStages * Base::kStageBytes;
-  static constexpr int kOffP = kOffQ + kBlockM * 128;
+  static constexpr int kOffQ = kOffRing + kStages * kStageBytes;
+  static constexpr int kOffP = kOffQ + kBlockM * kD;
   static constexpr int kOffRed = kOffP + kBlockM * 64;
   static constexpr int kOffBar = kOffRed + 2 * 4 * 16 * 4;
   // The final gather of O^T into warp 0's rows, in the ring: O [kBlockM][kOStride] f32, l, m [kBlockM].
   static constexpr int kSumBytes = 4 * (kBlockM * Base::kOStride + 2 * kBlockM);
-  static_assert(kSumBytes <= kStages * Base::kStageBytes, "the gather fits the ring");
+  static_assert(kSumBytes <= kStages * kStageBytes, "the gather fits the ring");
   static constexpr int kSmemBytes = 1024 + kOffBar + 4 * 8 * 8;  // (+ the base's alignment slack)
 };
 
@@ -67,13 +74,15 @@ struct FwdPipelineNvDecodeWg : FwdPipelineNvDecode<Problem, Policy> {
   static constexpr int kAcc = 4 * kNR;
   static constexpr int kStages = Policy::kStages;
   static constexpr int kKW = Policy::kKeysPerWarp;
+  static constexpr int kD = Policy::kD;
+  static constexpr int kMB = kD / 64;  // M blocks of O^T (64 d each; warp w holds d chunks 4h + w)
   static constexpr uint32_t kOnesE4m3 = 0x38383838u;  // four e4m3fn 1.0
-  using Sw128 = nv::SwizzledTile<128>;
-  using Sw64 = nv::SwizzledTile<64>;
+  using Sw = nv::SwizzledTile<Policy::kSw>;  // K, V, Q8
+  using Sw64 = nv::SwizzledTile<64>;         // P8
   static constexpr bool kPageBoxes = true;  // (launch_decode_with: p.kv_tma, or the mma.sync pipeline)
 
-  // This warp's 16 keys of KV tile `tile` into `stage`: lane 0 loads one box of page `entry` for K and
-  // one for V, keys past k_len included (step masks their scores and zeroes their V rows); a warp
+  // This warp's 16 keys of KV tile `tile` into `stage`: lane 0 loads the boxes of page `entry` for K and
+  // for V (one per column block), keys past k_len included (step masks their scores and zeroes their V rows); a warp
   // without keys in the tile copies nothing and only arrives.
   FP8ATTN_DEVICE static void load_kv(const FwdParams& p, const BlockCtx& c, int tile, uint8_t* stage, uint64_t* bar,
                                      int32_t entry) {
@@ -86,18 +95,21 @@ struct FwdPipelineNvDecodeWg : FwdPipelineNvDecode<Problem, Policy> {
     }
     const int32_t blk = SeqInfo::valid_block(p, entry);
     const int32_t row = key0 - p.div_page.div(key0) * p.page_block_size;
-    uint8_t* dst = stage + kKW * warp * Policy::kRowStride;
-    nv::mbar_arrive_expect_tx(bar, 2 * kKW * Policy::kRowStride);
-    nv::tma_load_4d(dst, p.k_tmap, 0, c.hkv, row, blk, bar);
-    nv::tma_load_4d(dst + kBN * Policy::kRowStride, p.v_tmap, 0, c.hkv, row, blk, bar);
+    nv::mbar_arrive_expect_tx(bar, 2 * kKW * kD);
+#pragma unroll
+    for (int cb = 0; cb < kD / Policy::kSw; ++cb) {
+      uint8_t* dst = stage + Sw::offset(kBN, kKW * warp, cb * Policy::kSw);
+      nv::tma_load_4d(dst, p.k_tmap, cb * Policy::kSw, c.hkv, row, blk, bar);
+      nv::tma_load_4d(dst + kBN * kD, p.v_tmap, cb * Policy::kSw, c.hkv, row, blk, bar);
+    }
   }
 
-  // The block's q rows -> Q8 [kBlockM][128] in the 128-byte swizzle (rows past the block: zeros), then
+  // The block's q rows -> Q8 [kBlockM rows] in the operand swizzle (rows past the block: zeros), then
   // published to the async proxy.
   FP8ATTN_DEVICE static void load_q8(const FwdParams& p, const BlockCtx& c, uint8_t* sQ) {
-    for (int i = threadIdx.x; i < Policy::kBlockM * 8; i += Policy::kThreads) {
-      const int r = i / 8, ch = i % 8;
-      *reinterpret_cast<uint4*>(sQ + Sw128::offset(Policy::kBlockM, r, 16 * ch)) = load_q_chunk<Problem::kFp8>(p, c, r, ch);
+    for (int i = threadIdx.x; i < Policy::kBlockM * (kD / 16); i += Policy::kThreads) {
+      const int r = i / (kD / 16), ch = i % (kD / 16);
+      *reinterpret_cast<uint4*>(sQ + Sw::offset(Policy::kBlockM, r, 16 * ch)) = load_q_chunk<Problem::kFp8>(p, c, r, ch);
     }
     nv::fence_proxy_async();
   }
@@ -110,17 +122,17 @@ struct FwdPipelineNvDecodeWg : FwdPipelineNvDecode<Problem, Policy> {
   template <class Refill>
   FP8ATTN_DEVICE static void step(int tile, int32_t k_len, bool need_mask, const LogitsTransform (&logits)[kR],
                                   const RowKeys<Problem::kHasMask> (&keys)[kR], const typename Policy::PQuant& pq,
-                                  const uint8_t* sQ, uint8_t* sP, uint8_t* stage, float* sRed, float (&acc)[2][kAcc],
+                                  const uint8_t* sQ, uint8_t* sP, uint8_t* stage, float* sRed, float (&acc)[kMB][kAcc],
                                   float (&lacc)[kAcc], float (&m)[kR], Refill refill) {
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
     const uint8_t* sK = stage;
-    uint8_t* sV = stage + kBN * Policy::kRowStride;
+    uint8_t* sV = stage + kBN * kD;
 
     float s[kAcc];
     nv::wgmma_fence();
 #pragma unroll
-    for (int ks = 0; ks < 4; ++ks) {
-      const uint64_t a = Sw128::desc(sK, kBN, 0, 32 * ks), b = Sw128::desc(sQ, Policy::kBlockM, 0, 32 * ks);
+    for (int ks = 0; ks < kD / 32; ++ks) {
+      const uint64_t a = Sw::desc(sK, kBN, 0, 32 * ks), b = Sw::desc(sQ, Policy::kBlockM, 0, 32 * ks);
       if (ks == 0)
         Wg::ss_first(s, a, b);
       else
@@ -132,8 +144,8 @@ struct FwdPipelineNvDecodeWg : FwdPipelineNvDecode<Problem, Policy> {
     const int32_t key_lo = tile * kBN + kKW * warp;
     if (key_lo + kKW > k_len && lane < kKW && key_lo + lane >= k_len) {
 #pragma unroll
-      for (int ch = 0; ch < 8; ++ch)
-        *reinterpret_cast<uint4*>(sV + Sw128::offset(kBN, kKW * warp + lane, 16 * ch)) = make_uint4(0, 0, 0, 0);
+      for (int ch = 0; ch < kD / 16; ++ch)
+        *reinterpret_cast<uint4*>(sV + Sw::offset(kBN, kKW * warp + lane, 16 * ch)) = make_uint4(0, 0, 0, 0);
       nv::fence_proxy_async();  // (before the slot's next TMA write, after the barriers)
     }
     nv::wgmma_wait<0>();
@@ -147,8 +159,8 @@ struct FwdPipelineNvDecodeWg : FwdPipelineNvDecode<Problem, Policy> {
       for (int e = 0; e < kAcc; ++e) {
         const float a = alpha[SL::s_row(e)];
         lacc[e] *= a;
-        acc[0][e] *= a;
-        acc[1][e] *= a;
+#pragma unroll
+        for (int h = 0; h < kMB; ++h) acc[h][e] *= a;
       }
     }
 
@@ -166,16 +178,16 @@ struct FwdPipelineNvDecodeWg : FwdPipelineNvDecode<Problem, Policy> {
     }
     nv::fence_proxy_async();
 
-    // Vt fragments of this warp's d chunks (warp, 4 + warp), both k32 steps.
-    uint32_t va[2][2][4];
+    // Vt fragments of this warp's d chunks (4h + warp), both k32 steps.
+    uint32_t va[kMB][2][4];
     const int kr = lane & 7, grp = lane >> 3;
 #pragma unroll
-    for (int h = 0; h < 2; ++h)
+    for (int h = 0; h < kMB; ++h)
 #pragma unroll
       for (int ks = 0; ks < 2; ++ks) {
         uint32_t x[4];
         const int key = 32 * ks + 8 * grp + kr;
-        nv::ldmatrix_x4_trans(x, sV + Sw128::offset(kBN, key, 16 * (4 * h + warp)));
+        nv::ldmatrix_x4_trans(x, sV + Sw::offset(kBN, key, 16 * (4 * h + warp)));
         va[h][ks][0] = __byte_perm(x[0], x[1], 0x6420);
         va[h][ks][1] = __byte_perm(x[0], x[1], 0x7531);
         va[h][ks][2] = __byte_perm(x[2], x[3], 0x6420);
@@ -188,36 +200,36 @@ struct FwdPipelineNvDecodeWg : FwdPipelineNvDecode<Problem, Policy> {
     // (64 tiles per block: twice the error against fp64 at 32 x 8k, measured) -- the promotion every 64 keys
     // keeps the error of the mma.sync kernel.
     const uint32_t ones[4] = {kOnesE4m3, kOnesE4m3, kOnesE4m3, kOnesE4m3};
-    float o[2][kAcc], l[kAcc];
+    float o[kMB][kAcc], l[kAcc];
     nv::wgmma_fence();
 #pragma unroll
     for (int ks = 0; ks < 2; ++ks) {
       const uint64_t b = Sw64::desc(sP, Policy::kBlockM, 0, 32 * ks);
       if (ks == 0) {
-        Wg::rs_first(o[0], va[0][ks], b);
-        Wg::rs_first(o[1], va[1][ks], b);
+#pragma unroll
+        for (int h = 0; h < kMB; ++h) Wg::rs_first(o[h], va[h][ks], b);
         Wg::rs_first(l, ones, b);
       } else {
-        Wg::rs(o[0], va[0][ks], b, 1);
-        Wg::rs(o[1], va[1][ks], b, 1);
+#pragma unroll
+        for (int h = 0; h < kMB; ++h) Wg::rs(o[h], va[h][ks], b, 1);
         Wg::rs(l, ones, b, 1);
       }
     }
     nv::wgmma_commit();
     nv::wgmma_wait<0>();
-    nv::fence_operands(o[0]);
-    nv::fence_operands(o[1]);
+#pragma unroll
+    for (int h = 0; h < kMB; ++h) nv::fence_operands(o[h]);
     nv::fence_operands(l);
 #pragma unroll
     for (int e = 0; e < kAcc; ++e) {
-      acc[0][e] += o[0][e];
-      acc[1][e] += o[1][e];
+#pragma unroll
+      for (int h = 0; h < kMB; ++h) acc[h][e] += o[h][e];
       lacc[e] += l[e];
     }
   }
 
   // O^T, l, m -> warp 0's FwdState in the Sm89Tile layout (rows g, g + 8; columns 8j + 2t), through the ring.
-  FP8ATTN_DEVICE static void gather(uint8_t* ring, const float (&acc)[2][kAcc], const float (&lacc)[kAcc],
+  FP8ATTN_DEVICE static void gather(uint8_t* ring, const float (&acc)[kMB][kAcc], const float (&lacc)[kAcc],
                                     const float (&m)[kR], FwdState<Policy>& st) {
     constexpr int kM = Policy::kBlockM, kS = Policy::kOStride;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
@@ -231,7 +243,7 @@ struct FwdPipelineNvDecodeWg : FwdPipelineNvDecode<Problem, Policy> {
       for (int e = 0; e < 2; ++e) {
         const int row = 8 * n + 2 * t + e;
 #pragma unroll
-        for (int h = 0; h < 2; ++h)
+        for (int h = 0; h < kMB; ++h)
           *reinterpret_cast<float2*>(sO + row * kS + 64 * h + 16 * warp + 2 * g) =
               make_float2(acc[h][4 * n + e], acc[h][4 * n + 2 + e]);
         if (warp == 0 && g == 0) {
@@ -284,9 +296,13 @@ struct FwdPipelineNvDecodeWg : FwdPipelineNvDecode<Problem, Policy> {
     RowKeys<Problem::kHasMask> keys[kR];
     rows.keys(c, keys);
 
-    float acc[2][kAcc], lacc[kAcc], m[kR];
+    float acc[kMB][kAcc], lacc[kAcc], m[kR];
 #pragma unroll
-    for (int e = 0; e < kAcc; ++e) acc[0][e] = acc[1][e] = lacc[e] = 0.f;
+    for (int e = 0; e < kAcc; ++e) {
+      lacc[e] = 0.f;
+#pragma unroll
+      for (int h = 0; h < kMB; ++h) acc[h][e] = 0.f;
+    }
 #pragma unroll
     for (int ri = 0; ri < kR; ++ri) m[ri] = -INFINITY;
     __syncthreads();  // Q8 and the ring's mbarriers published to every warp
