@@ -3,16 +3,17 @@
 // instead of being widened to f16 per byte -- what bounds the mma.sync decode kernel at 16 rows.
 // The block's 4 warps are one warpgroup; the packed rows are the N side of wgmma:
 //   S^T(64 keys x R rows) = K . Q^T            SS: K straight from the ring (the page boxes land in
-//                                              the 128-byte swizzle), Q8 in the same swizzle
+//                                              the operand swizzle), Q8 in the same swizzle
 //   O^T(D x R rows) += V^T . P8^T              RS: V^T from registers, P8 from shared memory
 //   l^T(64 x R rows) += 1 . P8^T               RS: the row sums of P8, every M row alike
 // Warp w's S^T rows are keys 16w .. 16w + 15 of the tile, the keys it copies (as in the mma.sync
 // kernel: the same S layout, DecodeSLayout, and the same shared-max step). P.V needs every key of
-// the tile in every warp: warp w holds the O^T rows of d chunks w and 4 + w (16 bytes each), read as
-// ldmatrix.trans of the V rows of all 64 keys. So a ring slot is refilled after the next tile's
+// the tile in every warp: warp w holds the O^T rows of d chunks 4h + w (16 bytes each; h < D / 64),
+// read as ldmatrix.trans of the V rows of all 64 keys. So a ring slot is refilled after the next tile's
 // block barrier (every warp is done with it then), and the block waits for all four warps' copies.
-// Serves paged caches whose pages are whole 16-key boxes (block size a multiple of 16, D = 128):
-// every KV tile lands as TMA boxes in the wgmma operand swizzle. Keys at or past k_len in a box are
+// Serves paged caches whose pages are whole 16-key boxes (block size a multiple of 16; D 64 in the 64-byte
+// swizzle, D 128 in the 128-byte one, D 256 as two 128-byte column blocks): every KV tile lands as TMA
+// boxes in the wgmma operand swizzle. Keys at or past k_len in a box are
 // whatever the cache holds there: their scores are masked (tile_needs_mask covers k_len) and their V
 // rows zeroed before P.V (P = 0 times a NaN would be NaN).
 //
