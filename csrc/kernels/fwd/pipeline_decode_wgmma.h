@@ -197,9 +197,10 @@ struct FwdPipelineNvDecodeWg : FwdPipelineNvDecode<Problem, Policy> {
     __syncthreads();  // P8 complete (and every warp's zeroed V rows were before the max barrier)
 
     // The tile's O^T and l in fresh accumulators, added to acc / lacc in fp32: the tensor cores sum FP8
-    // products with ~14 bits kept, so acc fed back across a long row loses the small terms of each tile
-    // (64 tiles per block: twice the error against fp64 at 32 x 8k, measured) -- the promotion every 64 keys
-    // keeps the error of the mma.sync kernel.
+    // products with ~14 bits kept, so sums fed back across a long row lose the small terms of each tile
+    // (both fed back, 64 tiles per block: twice the error against fp64 at 32 x 8k, measured; the prefill
+    // pipeline found l the sensitive one, docs/hopper-pipeline.md) -- promoted every 64 keys, the error is
+    // the mma.sync kernel's.
     const uint32_t ones[4] = {kOnesE4m3, kOnesE4m3, kOnesE4m3, kOnesE4m3};
     float o[kMB][kAcc], l[kAcc];
     nv::wgmma_fence();
