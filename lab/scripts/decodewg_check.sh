@@ -1,3 +1,5 @@
+# The device command of the decodewg A/B (one call): build D 128 e4m3fn, the GPU suite, two alternating rounds of the
+# decode benchmark on the mma.sync kernels (FP8ATTN_PIPELINE=decode) and on decodewg, the sanitizers. Results in $OUT.
 export PATH=/usr/local/cuda/bin:$PATH CXX=/usr/bin/g++ CC=/usr/bin/gcc CUDAHOSTCXX=/usr/bin/g++ TORCH_CUDA_ARCH_LIST=9.0a FP8ATTN_HEAD_DIMS=128 FP8ATTN_FP8_KINDS=e4m3fn PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee $OUT/gpu.txt
 s=$(date +%s); MAX_JOBS=16 python3 setup.py build_ext --inplace > $OUT/build.log 2>&1 || { tail -40 $OUT/build.log; exit 1; }; echo "build $(( $(date +%s) - s )) s"
