@@ -32,6 +32,10 @@
 namespace fp8attn {
 namespace nv {
 
+// Four e4m3fn 1.0 codes (0x38 each): the ones operand that sums P8's rows into l (the layout needs no
+// swizzle: every byte is the same).
+constexpr uint32_t kOnesE4m3x4 = 0x38383838u;
+
 // ---- swizzled K-major tiles ----------------------------------------------------------------
 // A [rows][cols] byte tile whose rows are split into column blocks of kSw bytes (kSw = 64 or 128,
 // the descriptor's swizzle width). Each column block is a dense [rows][kSw] array in which the

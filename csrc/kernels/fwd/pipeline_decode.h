@@ -343,7 +343,15 @@ struct FwdPipelineNvDecode {
       }
     }
     __syncthreads();
-    if (warp != 0) return;
+    if (warp == 0) read_rows<4>(sO, sL, sM, st);
+  }
+
+  // Warp 0: the partial O / l of kSlabs slabs in shared memory (O [kSlabs][kBlockM][kOStride] f32,
+  // l [kSlabs][kBlockM], m [kBlockM]), summed in slab order -> st (rows g, g + 8; columns 8j + 2t).
+  template <int kSlabs>
+  FP8ATTN_DEVICE static void read_rows(const float* sO, const float* sL, const float* sM, FwdState<Policy>& st) {
+    constexpr int kM = Policy::kBlockM, kS = Policy::kOStride;
+    const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
 #pragma unroll
     for (int ri = 0; ri < 2; ++ri) {
       if (8 * ri >= kM) break;  // one row tile: rows g + 8 are past the block (the kernel skips them)
@@ -352,7 +360,7 @@ struct FwdPipelineNvDecode {
       for (int j = 0; j < Policy::kNTilesO; ++j) {
         float2 o = *reinterpret_cast<const float2*>(sO + r * kS + 8 * j + 2 * t);
 #pragma unroll
-        for (int w = 1; w < 4; ++w) {
+        for (int w = 1; w < kSlabs; ++w) {
           const float2 v = *reinterpret_cast<const float2*>(sO + (w * kM + r) * kS + 8 * j + 2 * t);
           o.x += v.x;
           o.y += v.y;
@@ -360,7 +368,9 @@ struct FwdPipelineNvDecode {
         st.acc[j][2 * ri] = o.x;
         st.acc[j][2 * ri + 1] = o.y;
       }
-      const float l = ((sL[r] + sL[kM + r]) + sL[2 * kM + r]) + sL[3 * kM + r];
+      float l = sL[r];
+#pragma unroll
+      for (int w = 1; w < kSlabs; ++w) l += sL[w * kM + r];
       st.l[ri] = quad_share(l);  // (every lane of the quad holds it)
       st.m[ri] = sM[r];
     }

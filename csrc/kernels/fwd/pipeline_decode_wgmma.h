@@ -77,7 +77,6 @@ struct FwdPipelineNvDecodeWg : FwdPipelineNvDecode<Problem, Policy> {
   static constexpr int kKW = Policy::kKeysPerWarp;
   static constexpr int kD = Policy::kD;
   static constexpr int kMB = kD / 64;  // M blocks of O^T (64 d each; warp w holds d chunks 4h + w)
-  static constexpr uint32_t kOnesE4m3 = 0x38383838u;  // four e4m3fn 1.0
   using Sw = nv::SwizzledTile<Policy::kSw>;  // K, V, Q8
   using Sw64 = nv::SwizzledTile<64>;         // P8
   static constexpr bool kPageBoxes = true;  // (launch_decode_with: p.kv_tma, or the mma.sync pipeline)
@@ -201,7 +200,7 @@ struct FwdPipelineNvDecodeWg : FwdPipelineNvDecode<Problem, Policy> {
     // (both fed back, 64 tiles per block: twice the error against fp64 at 32 x 8k, measured; the prefill
     // pipeline found l the sensitive one, docs/hopper-pipeline.md) -- promoted every 64 keys, the error is
     // the mma.sync kernel's.
-    const uint32_t ones[4] = {kOnesE4m3, kOnesE4m3, kOnesE4m3, kOnesE4m3};
+    const uint32_t ones[4] = {nv::kOnesE4m3x4, nv::kOnesE4m3x4, nv::kOnesE4m3x4, nv::kOnesE4m3x4};
     float o[kMB][kAcc], l[kAcc];
     nv::wgmma_fence();
 #pragma unroll
@@ -254,20 +253,7 @@ struct FwdPipelineNvDecodeWg : FwdPipelineNvDecode<Problem, Policy> {
         }
       }
     __syncthreads();
-    if (warp != 0) return;
-#pragma unroll
-    for (int ri = 0; ri < 2; ++ri) {
-      if (8 * ri >= kM) break;  // one row tile: rows g + 8 are past the block (the kernel skips them)
-      const int r = g + 8 * ri;
-#pragma unroll
-      for (int j = 0; j < Policy::kNTilesO; ++j) {
-        const float2 o = *reinterpret_cast<const float2*>(sO + r * kS + 8 * j + 2 * t);
-        st.acc[j][2 * ri] = o.x;
-        st.acc[j][2 * ri + 1] = o.y;
-      }
-      st.l[ri] = quad_share(sL[r]);
-      st.m[ri] = sM[r];
-    }
+    if (warp == 0) Base::template read_rows<1>(sO, sL, sM, st);
   }
 #endif  // FP8ATTN_NV_WGMMA
 

@@ -71,11 +71,11 @@ struct FwdPipelineNvWgmma {
     return smem + Policy::kOffVraw + s * Policy::kVrawBytes;
   }
 
-  // Barriers and the ones tile (FP8 1.0 = 0x38 in every byte: its layout needs no swizzle).
+  // Barriers and the ones tile (nv::kOnesE4m3x4).
   FP8ATTN_DEVICE static void init(uint8_t* smem, Barriers* b) {
     for (int i = threadIdx.x; i < 512 / 16; i += blockDim.x)
-      reinterpret_cast<uint4*>(smem + Policy::kOffOnes)[i] = make_uint4(0x38383838u, 0x38383838u, 0x38383838u,
-                                                                        0x38383838u);
+      reinterpret_cast<uint4*>(smem + Policy::kOffOnes)[i] =
+          make_uint4(nv::kOnesE4m3x4, nv::kOnesE4m3x4, nv::kOnesE4m3x4, nv::kOnesE4m3x4);
     nv::fence_proxy_async();
     if (threadIdx.x == 0) {
       for (int i = 0; i < 2; ++i) {
