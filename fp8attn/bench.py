@@ -306,6 +306,15 @@ def bench_decode(cfg, args, peers):
     return row
 
 
+def copy_bandwidth(args) -> float:
+    """The card's device-to-device copy bandwidth in GB/s (bytes read + written: design.md §7's yardstick for
+    decode), a 1 GiB copy timed like the decode rows (graph replay)."""
+    src = torch.empty(1 << 30, dtype=torch.uint8, device="cuda")
+    dst = torch.empty_like(src)
+    t = graph_time_ms(lambda: dst.copy_(src), args.warmup, args.reps, calls=4)
+    return 2 * src.numel() / t / 1e6
+
+
 def peers_available():
     peers = ["flash", "cudnn"]
     try:
@@ -352,14 +361,15 @@ def table(rows):
     dec = [r for r in rows if r["kind"] == "decode"]
     if dec:
         lines += ["| decode B | context | q_len | H/Hkv | D | SDPA bf16 flash | SDPA bf16 cuDNN | fp8attn (paged FP8) "
-                  "| fp8attn ms | err | fp8attn kernel |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+                  "| % of copy | fp8attn ms | err | fp8attn kernel |", "|---" * 12 + "|"]
         for r in dec:
             lines.append(f"| {r['B']} | {r['Sk']} | {r['Sq']} | {r['H']}/{r['Hkv']} | {r['D']} "
                          f"| {fmt(r.get('sdpa_flash'))} | {fmt(r.get('sdpa_cudnn'))} | {fmt(r.get('fp8attn'))} "
-                         f"| {fmt(r.get('fp8attn_ms'), 4)} | "
+                         f"| {fmt(r.get('fp8attn_copy_pct'))} | {fmt(r.get('fp8attn_ms'), 4)} | "
                          f"{fmt(r.get('fp8attn_err'), 4)} | {r.get('kernel', '-')} |")
         lines.append("")
-        lines.append("GB/s of K+V read (bf16 dense for SDPA, FP8 paged for fp8attn); CUDA-graph replay of 20 calls.")
+        lines.append("GB/s of K+V read (bf16 dense for SDPA, FP8 paged for fp8attn); CUDA-graph replay of 20 calls; "
+                     "% of copy: fp8attn's GB/s over the card's device-to-device copy bandwidth (the run's copy_gbps).")
     return "\n".join(lines)
 
 
@@ -431,6 +441,11 @@ def main(argv=None):
         torch.cuda.empty_cache()
     env = environment()
     ok = [r for r in rows if "error" not in r]
+    if any(r["kind"] == "decode" for r in ok):
+        env["copy_gbps"] = round(copy_bandwidth(args))
+        for r in ok:
+            if r["kind"] == "decode":
+                r["fp8attn_copy_pct"] = 100 * r["fp8attn"] / env["copy_gbps"]
     md = f"# fp8attn benchmark\n\n{json.dumps(env)}\n\n" + table(ok)
     errs = [r for r in rows if "error" in r]
     if errs:
