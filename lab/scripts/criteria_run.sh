@@ -4,7 +4,8 @@
 # the sanitizers, the benchmark with its peers (SDPA bf16, cuDNN FP8 through a carried nvidia-cudnn-frontend wheel;
 # decode as % of the card's copy bandwidth), FlashAttention-3 FP8 (a carried fa3_peer binary, built here by
 # lab/standalone/fa3_peer/build.sh: prefill rows and vLLM's paged FP8 decode) and gather_bw (the paged cache's read
-# ceiling), and decode_timeline.py (each decode kernel and the gaps of a call). Results in $OUT.
+# ceiling), decode_timeline.py (each decode kernel and the gaps of a call), and criteria_table.py (the bars
+# against this run). Results in $OUT.
 #   run: bash lab/scripts/criteria_run.sh     carry: .carry (fa3_peer, wheels/), build-standalone (gather_bw)
 set -uo pipefail
 export PATH=/usr/local/cuda/bin:$PATH CXX=/usr/bin/g++ CC=/usr/bin/gcc CUDAHOSTCXX=/usr/bin/g++ TORCH_CUDA_ARCH_LIST=9.0a
@@ -39,4 +40,6 @@ step "decode timeline (torch.profiler over graph replays)"
 timeout 60 python3 lab/scripts/decode_timeline.py --out "$OUT/decode_timeline.json" 2>&1 | tee "$OUT/decode_timeline.txt" | tail -30
 step "gather_bw"
 timeout 40 build-standalone/gather_bw 2>&1 | tee "$OUT/gather_bw.txt" | tail -8
+step "criteria table"
+python3 lab/scripts/criteria_table.py "$OUT" 2>&1 | tee "$OUT/criteria.md"
 step done

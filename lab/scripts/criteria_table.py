@@ -1,0 +1,75 @@
+"""Issue 29's criteria from one criteria_run.sh output folder: the benchmark's bench.json and fa3_peer.txt.
+
+    python3 lab/scripts/criteria_table.py OUTDIR
+
+Prints markdown: the prefill rows against the faster of FA3 FP8 and cuDNN FP8 (FA3 alone on GQA rows; bar 1.05x),
+varlen over a paged cache against dense varlen (bar 90 %), and the decode rows as % of the copy bandwidth measured
+in the same run (bars: 70 % at 1 x 32k, 85 % from 8 x 8k up, 65 % at q_len 4) and against FA3's paged FP8 decode
+per call (bar: faster).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+
+
+def fa3_rows(text: str) -> tuple[dict, dict]:
+    """fa3_peer's prefill TFLOP/s by (B, H, Hkv, S, D, causal) and decode us by (B, context, q_len)."""
+    prefill, decode = {}, {}
+    for m in re.finditer(r"^fa3 fp8 (\d+)x(\d+)(?:/(\d+))?x(\d+)x(\d+)( causal)?\s+\S+ ms\s+(\d+) TFLOP/s", text, re.M):
+        b, h, hkv, s, d = (int(m.group(i)) if m.group(i) else None for i in range(1, 6))
+        prefill[(b, h, hkv or h, s, d, bool(m.group(6)))] = float(m.group(7))
+    for m in re.finditer(r"^fa3 decode (\d+) (\d+) (\d+)\s+([\d.]+) us", text, re.M):
+        decode[tuple(int(m.group(i)) for i in range(1, 4))] = float(m.group(4))
+    return prefill, decode
+
+
+def mark(ok: bool) -> str:
+    return "met" if ok else "not met"
+
+
+def main(out: Path) -> None:
+    bench = json.loads((out / "bench.json").read_text())
+    fa3_p, fa3_d = fa3_rows((out / "fa3_peer.txt").read_text())
+    rows = [r for r in bench["rows"] if "error" not in r]
+    copy = bench["env"].get("copy_gbps")
+    print(f"{bench['env']['device']}, torch {bench['env']['torch']}, commit {bench['env']['commit']}, "
+          f"{bench['env']['date']}; copy bandwidth {copy} GB/s\n")
+    print("| prefill B, H/Hkv, S, D, causal | cuDNN FP8 | FA3 FP8 | fp8attn | / faster peer | >= 1.05x |")
+    print("|---|---|---|---|---|---|")
+    for r in rows:
+        if r["kind"] != "prefill":
+            continue
+        key = (r["B"], r["H"], r["Hkv"], r["Sq"], r["D"], r["causal"])
+        cudnn, fa3 = r.get("cudnn_fp8"), fa3_p.get(key)
+        peer = max(x for x in (cudnn, fa3, 0.0) if x is not None)
+        ratio = r["fp8attn"] / peer if peer else float("nan")
+        fmt = lambda x: f"{x:.0f}" if x is not None else "-"  # noqa: E731
+        print(f"| {r['B']}, {r['H']}/{r['Hkv']}, {r['Sq']}, {r['D']}, {'yes' if r['causal'] else 'no'} | "
+              f"{fmt(cudnn)} | {fmt(fa3)} | {r['fp8attn']:.0f} | {ratio:.2f} | {mark(ratio >= 1.05)} |")
+    dense = next((r["fp8attn"] for r in rows if r["kind"] == "varlen"), None)
+    paged = next((r["fp8attn"] for r in rows if r["kind"] == "varlen paged"), None)
+    if dense and paged:
+        print(f"\nvarlen over a paged cache {paged:.0f} TFLOP/s, dense varlen {dense:.0f}: {100 * paged / dense:.0f} % "
+              f"(>= 90 %: {mark(paged >= 0.9 * dense)})\n")
+    print("| decode B, context, q_len | GB/s | % of copy | bar | fp8attn us | FA3 paged FP8 us | FA3 / fp8attn |")
+    print("|---|---|---|---|---|---|---|")
+    for r in rows:
+        if r["kind"] != "decode":
+            continue
+        b, ctx, qlen = r["B"], r["Sk"], r["Sq"]
+        bar = 65 if qlen > 1 else 70 if b == 1 and ctx >= 32768 else 85 if b * ctx >= 8 * 8192 else None
+        pct = r.get("fp8attn_copy_pct")
+        us = 1000 * r["fp8attn_ms"]
+        fa3 = fa3_d.get((b, ctx, qlen))
+        bar_txt = f">= {bar} %: {mark(pct >= bar)}" if bar and pct is not None else "-"
+        fa3_txt = f"{fa3:.1f} | {fa3 / us:.2f}" if fa3 else "- | -"
+        pct_txt = f"{pct:.0f} %" if pct is not None else "-"
+        print(f"| {b}, {ctx}, {qlen} | {r['fp8attn']:.0f} | {pct_txt} | {bar_txt} | {us:.1f} | {fa3_txt} |")
+
+
+if __name__ == "__main__":
+    main(Path(sys.argv[1]))
