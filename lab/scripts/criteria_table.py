@@ -31,35 +31,41 @@ def mark(ok: bool) -> str:
     return "met" if ok else "not met"
 
 
+def fmt(x: float | None, nd: int = 0) -> str:
+    """fp8attn.bench.fmt's form; not imported from there: the benchmark module loads torch and the built extension,
+    and this table is read off result files anywhere."""
+    return "-" if x is None else f"{x:.{nd}f}"
+
+
+def head(*cols: str) -> None:
+    """A markdown table's header and separator."""
+    print("| " + " | ".join(cols) + " |")
+    print("|---" * len(cols) + "|")
+
+
 def main(out: Path) -> None:
     bench = json.loads((out / "bench.json").read_text())
     fa3_p, fa3_d = fa3_rows((out / "fa3_peer.txt").read_text())
     rows = [r for r in bench["rows"] if "error" not in r]
+    of = lambda kind: [r for r in rows if r["kind"] == kind]  # noqa: E731
     copy = bench["env"].get("copy_gbps")
     print(f"{bench['env']['device']}, torch {bench['env']['torch']}, commit {bench['env']['commit']}, "
           f"{bench['env']['date']}; copy bandwidth {copy} GB/s\n")
-    print("| prefill B, H/Hkv, S, D, causal | cuDNN FP8 | FA3 FP8 | fp8attn | / faster peer | >= 1.05x |")
-    print("|---|---|---|---|---|---|")
-    for r in rows:
-        if r["kind"] != "prefill":
-            continue
+    head("prefill B, H/Hkv, S, D, causal", "cuDNN FP8", "FA3 FP8", "fp8attn", "/ faster peer", ">= 1.05x")
+    for r in of("prefill"):
         key = (r["B"], r["H"], r["Hkv"], r["Sq"], r["D"], r["causal"])
         cudnn, fa3 = r.get("cudnn_fp8"), fa3_p.get(key)
         peer = max(x for x in (cudnn, fa3, 0.0) if x is not None)
         ratio = r["fp8attn"] / peer if peer else float("nan")
-        fmt = lambda x: f"{x:.0f}" if x is not None else "-"  # noqa: E731
         print(f"| {r['B']}, {r['H']}/{r['Hkv']}, {r['Sq']}, {r['D']}, {'yes' if r['causal'] else 'no'} | "
               f"{fmt(cudnn)} | {fmt(fa3)} | {r['fp8attn']:.0f} | {ratio:.2f} | {mark(ratio >= 1.05)} |")
-    dense = next((r["fp8attn"] for r in rows if r["kind"] == "varlen"), None)
-    paged = next((r["fp8attn"] for r in rows if r["kind"] == "varlen paged"), None)
+    dense = next((r["fp8attn"] for r in of("varlen")), None)
+    paged = next((r["fp8attn"] for r in of("varlen paged")), None)
     if dense and paged:
         print(f"\nvarlen over a paged cache {paged:.0f} TFLOP/s, dense varlen {dense:.0f}: {100 * paged / dense:.0f} % "
               f"(>= 90 %: {mark(paged >= 0.9 * dense)})\n")
-    print("| decode B, context, q_len | GB/s | % of copy | bar | fp8attn us | FA3 paged FP8 us | FA3 / fp8attn |")
-    print("|---|---|---|---|---|---|---|")
-    for r in rows:
-        if r["kind"] != "decode":
-            continue
+    head("decode B, context, q_len", "GB/s", "% of copy", "bar", "fp8attn us", "FA3 paged FP8 us", "FA3 / fp8attn")
+    for r in of("decode"):
         b, ctx, qlen = r["B"], r["Sk"], r["Sq"]
         bar = 65 if qlen > 1 else 70 if b == 1 and ctx >= 32768 else 85 if b * ctx >= 8 * 8192 else None
         pct = r.get("fp8attn_copy_pct")
