@@ -836,3 +836,107 @@ def test_scales_loaded_by_vllms_quark_loader(vllm_config, with_q):
     out = new_output(batch)
     impl.forward(attn, batch.q, key, value, kv_cache, metadata, out)
     torch.testing.assert_close(out[: batch.T], batch.reference(impl), rtol=0, atol=0)
+
+
+# ------------------------------------------------------------------- checkpoint scales checked at load
+
+
+def quark_attention(vllm_config, layer: int):
+    """vLLM's Attention layer with this backend under vLLM's Quark config of an FP8-QKV-Prob checkpoint."""
+    from vllm.model_executor.layers.quantization.quark.quark import QuarkConfig
+
+    out_fp8 = {"weight": None, "input_tensors": None, "output_tensors": QUARK_FP8, "bias": None}
+    config = QuarkConfig.from_config({
+        "quant_method": "quark", "export": {"kv_cache_group": ["*k_proj", "*v_proj"], "pack_method": "reorder"},
+        "global_quant_config": {"weight": None, "input_tensors": None, "output_tensors": None, "bias": None},
+        "layer_quant_config": {"*k_proj": dict(out_fp8), "*v_proj": dict(out_fp8)},
+        "layer_type_quant_config": {}, "exclude": [], "softmax_quant_spec": QUARK_FP8})
+    prefix = f"model.layers.{layer}.self_attn.attn"
+    vllm_config.compilation_config.static_forward_context.pop(prefix, None)  # a layer of an earlier test's model
+    return make_attention(vllm_config, prefix, quant_config=config)
+
+
+def load_scales(attn, **values: float) -> None:
+    """Load 0-dim bf16 scales (as amd-quark writes them) through each parameter's weight_loader, as vLLM does."""
+    for name, x in values.items():
+        param = getattr(attn, name)
+        param.weight_loader(param, torch.tensor(x, dtype=torch.bfloat16))
+
+
+GOOD = dict(q_scale=0.02, k_scale=0.03, v_scale=0.03, prob_scale=1 / 448)
+CHECKPOINT_NAMES = {"q_scale": "q_proj.output_scale", "k_scale": "k_proj.output_scale",
+                    "v_scale": "v_proj.output_scale", "prob_scale": "prob_output_scale"}
+
+
+@pytest.mark.parametrize(("name", "value", "problem"), [
+    ("prob_scale", 0.0, "p_scale must be positive and finite"),
+    ("prob_scale", -0.002, "p_scale must be positive and finite"),
+    ("prob_scale", math.nan, "p_scale must be positive and finite"),
+    ("prob_scale", math.inf, "p_scale must be positive and finite"),
+    ("prob_scale", 4096.0, "quantizes P = 1 to the FP8 code 0"),
+    ("k_scale", 0.0, "k_descale must be positive and finite"),  # vLLM's processing would assert, naming nothing
+    ("v_scale", math.nan, "v_descale must be positive and finite"),  # vLLM would take k's silently
+    ("q_scale", -1.0, "q_descale must be positive and finite"),  # vLLM's "not loaded" sentinel, loaded
+    ("k_scale", 1e38, "overflow float32"),
+])
+def test_bad_checkpoint_scale_is_refused_as_loaded(vllm_config, name, value, problem):
+    """A scale the op would refuse, or that vLLM would replace by 1.0 (zero, negative, NaN), is refused while
+    vLLM loads it: the error names the layer and the checkpoint tensor."""
+    attn = quark_attention(vllm_config, 1)
+    load_scales(attn, **{k: v for k, v in GOOD.items() if k != name})
+    with pytest.raises(ValueError, match=problem) as e:
+        load_scales(attn, **{name: value})
+    assert "attention layer model.layers.1.self_attn.attn" in str(e.value)
+    assert f"model.layers.1.self_attn.{CHECKPOINT_NAMES[name]} (vLLM's model.layers.1.self_attn.attn.{name})" \
+        in str(e.value)
+    assert "Fix the checkpoint" in str(e.value)
+
+
+def test_scales_refused_together_after_processing(vllm_config):
+    """q and k scales each fine alone, whose product makes the largest logit overflow float32: refused by the
+    layer's process_weights_after_loading (vLLM's order: the quant method's processing, then the layer's)."""
+    attn = quark_attention(vllm_config, 1)
+    load_scales(attn, **dict(GOOD, q_scale=1e17, k_scale=1e17, v_scale=1e17))
+    attn.quant_method.process_weights_after_loading(attn)
+    with pytest.raises(ValueError, match="its scales together .* overflows float32") as e:
+        attn.process_weights_after_loading(torch.bfloat16)
+    assert "model.layers.1.self_attn.q_proj.output_scale" in str(e.value)
+
+
+def test_good_scales_pass_and_a_missing_prob_scale_is_named(vllm_config):
+    """Calibrated scales load and process silently; a layer without the prob scale its sibling has is named in
+    one warning with the scale used instead (FP8ATTN's default)."""
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler()
+    handler.emit = records.append
+    log = logging.getLogger("vllm.fp8attn")
+    log.addHandler(handler)
+    try:
+        layers = [quark_attention(vllm_config, i) for i in (20, 21)]
+        layers[1].quant_config = layers[0].quant_config  # one model: one quant config
+        load_scales(layers[0], **GOOD)
+        load_scales(layers[1], **{k: v for k, v in GOOD.items() if k != "prob_scale"})
+        for attn in layers:
+            attn.quant_method.process_weights_after_loading(attn)
+        for attn in layers:
+            attn.process_weights_after_loading(torch.bfloat16)
+    finally:
+        log.removeHandler(handler)
+    (warning,) = [r.getMessage() for r in records]
+    assert "no prob_scale for 1 attention layer(s)" in warning
+    assert "model.layers.21.self_attn.prob_output_scale (vLLM's model.layers.21.self_attn.attn.prob_scale)" in warning
+    assert f"model.layers.21.self_attn.attn p_scale = {default_p_scale(FN)}" in warning
+
+
+def test_output_scale_is_checked_in_the_profiling_run():
+    """The output scale the attn+quant fusion passes reaches forward first in vLLM's profiling run (no
+    metadata), before serving: a bad one is refused there, naming o_proj's input scale."""
+    attn = types.SimpleNamespace(layer_name="model.layers.1.self_attn.attn")
+    impl = make_impl(BASE)
+    out = torch.empty(5, BASE.h, BASE.d, dtype=FN)
+    kv = make_kv_cache(4, KVCacheLayout.LBNHC)
+    q = torch.zeros(5, BASE.h, BASE.d, dtype=torch.bfloat16)
+    impl.forward(attn, q, q, q, kv, None, out, output_scale=torch.tensor([0.01]))
+    with pytest.raises(ValueError, match="out_scale must be positive and finite") as e:
+        impl.forward(attn, q, q, q, kv, None, out, output_scale=torch.tensor([math.inf]))
+    assert "model.layers.1.self_attn.o_proj.input_scale" in str(e.value)

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import weakref
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
@@ -44,6 +45,7 @@ from vllm.v1.attention.backend import (
 )
 
 import fp8attn  # noqa: F401  (loads the extension: registers torch.ops.fp8attn.*)
+from fp8attn.integrations.vllm import checkpoint_scales
 from fp8attn.quant import default_p_scale, quantize
 from fp8attn.shapes import HEAD_DIMS
 from fp8attn_vllm import BACKEND_NAME
@@ -281,6 +283,15 @@ class FP8AttnImpl(AttentionImpl[FP8AttnMetadata]):
         # torch.compile fuses into RoPE); forward also accepts a 16-bit q and quantizes it in-kernel.
         self.supports_quant_query_input = True
         self._default_p_scale = default_p_scale(self.fp8_dtype)
+        # The layer's checkpoint scales as vLLM loads them, checked then and after its processing (before it
+        # replaces a bad value): see checkpoint_scales.
+        self.loaded_scales: dict[str, torch.Tensor] = {}
+        self.layer_ref: weakref.ref | None = None
+        checkpoint_scales.watch(self)
+
+    def process_weights_after_loading(self, act_dtype: torch.dtype) -> None:
+        """Refuse, naming the layer and the checkpoint tensor, scales the op would refuse at the first request."""
+        checkpoint_scales.check_processed(self)
 
     def fused_output_quant_supported(self, quant_key: QuantKey) -> bool:
         # Static per-tensor FP8 (o_proj's input scale): the kernel's epilogue writes sat(O / out_scale).
@@ -357,7 +368,9 @@ class FP8AttnImpl(AttentionImpl[FP8AttnMetadata]):
         if output_block_scale is not None:
             raise NotImplementedError("FP8ATTN does not support block-scaled (NVFP4) output quantization")
         if attn_metadata is None:
-            # Profiling run.
+            # Profiling run, before serving: the output scale the attn+quant fusion passes is checked here.
+            if output_scale is not None:
+                checkpoint_scales.check_output_scale(self, layer, output_scale)
             return output.fill_(0)
         _announce(layer, query, output, kv_cache)
 
