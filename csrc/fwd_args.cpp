@@ -146,7 +146,8 @@ Layout check_layout(const FwdArgs& a) {
   TORCH_CHECK_VALUE(v.sizes() == k.sizes(), "v must have k's shape ", k.sizes(), ", got ", v.sizes());
   L.Hkv = k.size(-2);
   TORCH_CHECK_VALUE(k.size(-1) == L.D, "k head dim ", k.size(-1), " must equal q head dim ", L.D);
-  TORCH_CHECK_VALUE(L.Hkv > 0 && L.H % L.Hkv == 0, "the number of q heads (", L.H,
+  TORCH_CHECK_VALUE(L.Hkv > 0, "k must have at least one head (k.shape[-2] = 0)");
+  TORCH_CHECK_VALUE(L.H % L.Hkv == 0, "the number of q heads (", L.H,
                     ") must be a multiple of the number of k/v heads (", L.Hkv, ")");
   TORCH_CHECK_VALUE(out.sizes() == q.sizes(), "out must have q's shape ", q.sizes(), ", got ", out.sizes());
   for (const Named& t : {Named{"q", &q}, Named{"k", &k}, Named{"v", &v}, Named{"out", &out}})
@@ -161,6 +162,8 @@ Layout check_layout(const FwdArgs& a) {
     TORCH_CHECK_VALUE(a.block_table->size(0) == L.B, "block_table must have B = ", L.B, " (", L.batch_from, ") rows, got shape ",
                       a.block_table->sizes());
     TORCH_CHECK_VALUE(k.size(1) > 0, "k block_size (k.shape[1]) must be positive");
+    // (No-sync calls clamp a block-table entry into the cache, which needs a block to clamp to.)
+    TORCH_CHECK_VALUE(k.size(0) > 0, "k, a paged cache, must have at least one block (k.shape[0] = 0)");
   }
   // Sizes that become int32 fields of the params.
   check_fits_int32(L.B, "the batch size");
@@ -572,6 +575,7 @@ FwdPlan make_fwd_params(const FwdArgs& a) {
   FwdPlan plan;
   plan.lse = make_lse(a, L, p);
   plan.params = p;
+  plan.empty = p.batch == 0 || p.num_heads == 0 || p.seqlen_q == 0 || (L.varlen_q && L.T == 0);
   return plan;
 }
 

@@ -43,6 +43,8 @@ FwdArgs forward_args(const c10::FunctionSchema& schema, const torch::jit::Stack&
 struct FwdPlan {
   FwdParams params;
   at::Tensor lse;  // [B, H, Sq] or [H, T]; empty when not requested
+  // No query row or no query head (B, Sq, T or H = 0): the outputs are empty and no kernel runs.
+  bool empty = false;
 };
 
 // Head dims every implementation supports.

@@ -84,8 +84,65 @@ def _like(t: torch.Tensor, shape, rng: random.Random) -> torch.Tensor:
     return flat[idx].reshape(shape).clone()
 
 
+def empty(call: dict, dim: str) -> dict:
+    """The call with one size set to 0 wherever it occurs (q/k/v/out, the index tensors, a per-head scale
+    becomes per tensor), nothing else changed: B, Sq, T (q rows), Sk, Tk (k rows), H, Hkv, D, and for a paged
+    cache blocks, block_size and pages (block-table columns, no keys used)."""
+    q = call["q"]
+
+    def cut(axis: int, *names: str) -> None:
+        for name in names:
+            if name in call:
+                call[name] = call[name].narrow(axis, 0, 0)
+
+    def per_tensor(*names: str) -> None:
+        for name in names:
+            if name in call and call[name].numel() > 1:
+                call[name] = call[name][:1].clone()
+
+    def zeros(n: int) -> torch.Tensor:
+        return torch.zeros(n, dtype=torch.int32)
+
+    B = q.shape[0] if q.dim() == 4 else call["cu_seqlens_q"].numel() - 1
+    if dim == "B":
+        if q.dim() == 4:
+            cut(0, "q", "out", "k", "v")
+        else:
+            cut(0, "q", "out")
+            call["cu_seqlens_q"] = zeros(1)
+            if "cu_seqlens_k" in call:
+                cut(0, "k", "v")
+                call["cu_seqlens_k"] = zeros(1)
+            if "block_table" in call:
+                call["seqused_k"], call["block_table"] = zeros(0), call["block_table"][:0]
+    elif dim in ("Sq", "T"):
+        cut(q.dim() - 3, "q", "out")
+        if dim == "T":
+            call["cu_seqlens_q"] = zeros(B + 1)
+    elif dim in ("Sk", "Tk"):
+        cut(call["k"].dim() - 3, "k", "v")
+        if dim == "Tk":
+            call["cu_seqlens_k"] = zeros(B + 1)
+    elif dim == "H":
+        cut(-2, "q", "out")
+        per_tensor("q_descale")
+    elif dim == "Hkv":
+        cut(-2, "k", "v")
+        per_tensor("k_descale", "v_descale")
+    elif dim == "D":
+        cut(-1, "q", "k", "v", "out")
+    elif dim in ("blocks", "block_size"):
+        cut(0 if dim == "blocks" else 1, "k", "v")
+    elif dim == "pages":
+        call["block_table"], call["seqused_k"] = call["block_table"][:, :0], zeros(B)
+    else:
+        raise ValueError(f"unknown empty dimension {dim}")
+    return call
+
+
 def mutate(call: dict, m: dict, rng: random.Random) -> dict:
-    """Apply one mutation to one argument (m: class, arg, choice)."""
+    """Apply one mutation to one argument (m: class, arg, choice; the empty class: dim, arg the argument a
+    refusal must name)."""
     cls, arg, pick = m["class"], m["arg"], m["pick"]
     if arg == "p_scale" and "p_scale" not in call and cls not in ("type", "scalar"):
         call["p_scale"] = torch.tensor([fp8attn.default_p_scale(call["k"].dtype)])
@@ -93,7 +150,9 @@ def mutate(call: dict, m: dict, rng: random.Random) -> dict:
         dtype = fp8attn.resolve_out_dtype(call["q"], call["k"], call.get("out_scale"), None)
         call["out"] = torch.empty(call["q"].shape, dtype=dtype)
     t = call.get(arg)
-    if cls == "scalar":
+    if cls == "empty":
+        call = empty(call, m["dim"])
+    elif cls == "scalar":
         values = SCALAR_VALUES[arg]
         call[arg] = values[pick % len(values)]
     elif cls == "type":

@@ -160,6 +160,36 @@ def test_valid_inputs_pass():
         call(make())
 
 
+# ---- zero sizes (tests/test_fuzz.py's empty class: each size of each layout)
+
+def _cut(args: dict, axis: int, *names: str) -> dict:
+    return {**args, **{n: args[n].narrow(axis, 0, 0) for n in names}}
+
+
+def test_no_query_heads_gives_the_empty_result():
+    """H = 0 beside Hkv = 2 (a GQA group of 0: once a division by zero, SIGFPE)."""
+    for make in (dense, varlen, paged):
+        args = _cut(make(), -2, "q")
+        out, lse = call({**args, "return_softmax_lse": True})
+        assert out.shape == args["q"].shape and lse.numel() == 0 and lse.shape[-2 if make is dense else 0] == 0
+
+
+def test_no_keys_gives_zero_and_minus_inf():
+    out, lse = call({**_cut(dense(), 1, "k", "v"), "return_softmax_lse": True})
+    assert out.shape == (2, 8, 4, 64) and torch.all(out.float() == 0) and torch.all(lse == -torch.inf)
+
+
+@pytest.mark.parametrize("match,make", [
+    ("k must have at least one head", lambda: _cut(dense(), -2, "k", "v")),
+    ("k, a paged cache, must have at least one block", lambda: _cut(paged(), 0, "k", "v")),
+    ("k block_size", lambda: _cut(paged(), 1, "k", "v")),
+    ("head dim \\(q.shape\\[-1\\]\\) 0", lambda: _cut(dense(), -1, "q", "k", "v")),
+])
+def test_zero_sizes_refused_by_name(match, make):
+    with pytest.raises(ValueError, match=match):
+        call(make())
+
+
 # ---- every class of bad input of issue 24, each refused by name
 
 def _meta(x: torch.Tensor) -> torch.Tensor:

@@ -112,7 +112,7 @@ at::Tensor forward_cuda(const FwdArgs& a) {
   const c10::cuda::CUDAGuard guard(q.device());
   FwdPlan plan = make_fwd_params(a);
   FwdParams& p = plan.params;
-  if (p.batch == 0 || p.num_heads == 0 || p.seqlen_q == 0) {
+  if (plan.empty) {
     check_supported(p, nullptr);
     return plan.lse;
   }
