@@ -207,7 +207,7 @@ int32_t check_scale_shape(const std::optional<at::Tensor>& t, const char* name, 
   if (!t) return 0;
   const int64_t n = t->numel();
   TORCH_CHECK_VALUE(n == 1 || (heads > 1 && n == heads), name, " must have 1 element (per tensor)",
-                    heads > 1 ? " or " + std::to_string(heads) + " (per head: " + heads_from + ")" : std::string(), ", got shape ",
+                    heads != 1 ? " or " + std::to_string(heads) + " (per head: " + heads_from + ")" : std::string(), ", got shape ",
                     t->sizes());
   TORCH_CHECK_VALUE(t->is_contiguous(), name, " must be contiguous");
   return n == 1 ? 0 : 1;

@@ -184,7 +184,12 @@ def mutate(call: dict, m: dict, rng: random.Random) -> dict:
         elif choice == 2:  # another dim order in memory
             call[arg] = t.transpose(0, 1).contiguous().transpose(0, 1)
         else:  # stride 0 along the first dim (same value everywhere along it)
-            call[arg] = t[:1].expand(t.shape)
+            first = t[:1]
+            if arg == "v" and t.dtype in NAN_CODE:  # a paged cache's block 0 may hold the NaN-poisoned unused
+                first = first.clone()  # rows, which this makes keys' values: no NaN in v (see "value")
+                codes = first.view(torch.uint8)
+                codes[codes == NAN_CODE[t.dtype]] = 0
+            call[arg] = first.expand(t.shape)
     elif cls == "device":
         call[arg] = t.to("meta")
     elif cls == "value":
