@@ -34,8 +34,8 @@ logger = logging.getLogger("vllm.fp8attn")
 SCALES: dict[str, str] = {"q_scale": "q_descale", "k_scale": "k_descale", "v_scale": "v_descale",
                           "prob_scale": "p_scale"}
 FIX = ("Fix the checkpoint: re-export it with calibrated scales (a scale is amax / 448 of the tensor it "
-       "quantizes), or remove the tensor to serve without it (vLLM then uses 1.0 for a q, k or v scale, "
-       "FP8ATTN its default P scale).")
+       "quantizes), or remove the tensor to serve without it (vLLM then uses its default for a q, k or v "
+       "scale, FP8ATTN its default P scale).")
 
 _watched: weakref.WeakSet = weakref.WeakSet()  # FP8ATTN impls whose layers' scales are recorded
 _hook = None
@@ -51,8 +51,10 @@ def watch(impl: FP8AttnImpl) -> None:
 
 
 def _on_register(module: torch.nn.Module, name: str, param: torch.nn.Parameter) -> None:
+    if name not in SCALES or not isinstance(param, KVCacheScaleParameter):
+        return
     impl = getattr(module, "impl", None)
-    if name not in SCALES or impl not in _watched or not isinstance(param, KVCacheScaleParameter):
+    if impl not in _watched:
         return
     impl.layer_ref = weakref.ref(module)
     load = param.weight_loader
