@@ -20,14 +20,14 @@ FP8 = [torch.float8_e4m3fn, torch.float8_e4m3fnuz]
 
 
 def run(isa: str, case, kv_tile: int = 0):
-    """The call on one instruction set, proving that its kernel ran."""
+    """The call on one instruction set, proving that its kernel ran (when there is a query row to run it on)."""
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("FP8ATTN_CPU_ISA", isa)
         assert torch.ops.fp8attn.cpu_isa() == isa
         before = torch.ops.fp8attn.cpu_isa_calls(isa)
         (q, k, v), kw = case.call_args()
         out, lse = _forward(q, k, v, return_softmax_lse=True, kv_tile=kv_tile, **kw)
-        assert torch.ops.fp8attn.cpu_isa_calls(isa) == before + 1
+        assert torch.ops.fp8attn.cpu_isa_calls(isa) == before + (q.numel() > 0)  # no query row: no kernel runs
     return out, lse
 
 
