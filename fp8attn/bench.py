@@ -3,7 +3,7 @@
 ``--device cpu`` runs the CPU benchmark (:mod:`fp8attn.bench_cpu`); the GPU benchmark (the default) is
 described here.
 
-Prefill shapes of design.md §6, GQA variants (32 q / 8 kv heads), varlen batches, and decode
+Prefill shapes of docs/design.md §5, GQA variants (32 q / 8 kv heads), varlen batches, and decode
 (batch 1-64, context 1k-32k, paged FP8 KV), with the peers that import on this machine side by
 side in the same run: torch SDPA bf16 (flash and cuDNN backends), cuDNN's FP8 SDPA through
 ``nvidia-cudnn-frontend`` (descale q/k/v, scale_s = 1/p_scale, scale_o = 1/out_scale), and fp8attn
@@ -121,7 +121,9 @@ def rel_err(o, ref):
 
 
 def cudnn_fp8_runner(q8, k8, v8, causal, scale):
-    """cuDNN FP8 SDPA on [B, H, S, D] FP8 tensors (as design.md's probe). Returns (fn, out, scale_o)."""
+    """cuDNN FP8 SDPA on [B, H, S, D] FP8 tensors (descales for q, k, v; scale_s = 1/p_scale; scale_o = 1/out_scale).
+
+    Returns (fn, out, scale_o)."""
     import cudnn
     B, H, S, D = q8.shape
     o8 = torch.empty_like(q8)
@@ -307,7 +309,7 @@ def bench_decode(cfg, args, peers):
 
 
 def copy_bandwidth(args) -> float:
-    """The card's device-to-device copy bandwidth in GB/s (bytes read + written: design.md §7's yardstick for
+    """The card's device-to-device copy bandwidth in GB/s (bytes read + written: docs/design.md §5's yardstick for
     decode), a 1 GiB copy timed like the decode rows (graph replay)."""
     src = torch.empty(1 << 30, dtype=torch.uint8, device="cuda")
     dst = torch.empty_like(src)

@@ -1,4 +1,4 @@
-"""The NaN rule (TEAM.md) in the GPU kernels: a NaN in a row's q or in the k of a key the row sees
+"""The NaN rule (docs/design.md §1) in the GPU kernels: a NaN in a row's q or in the k of a key the row sees
 makes the row's output and lse NaN; a NaN in the v of a seen key makes that output column NaN; a NaN
 in the k of a key the row does not see, or in a cache slot past the sequence, changes nothing. Run
 on the pipeline each call gets (the default pass of scripts/gpu_check.sh covers the Hopper wgmma
