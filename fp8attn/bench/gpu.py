@@ -1,7 +1,4 @@
-"""Benchmark: ``python -m fp8attn.bench [--device cuda|cpu] [--out-dir DIR] [--quick] [--only KIND] [--peers LIST]``.
-
-``--device cpu`` runs the CPU benchmark (:mod:`fp8attn.bench_cpu`); the GPU benchmark (the default) is
-described here.
+"""The GPU benchmark: ``python -m fp8attn.bench [--out-dir DIR] [--quick] [--only KIND] [--peers LIST]``.
 
 Prefill shapes of docs/design.md §5, GQA variants (32 q / 8 kv heads), varlen batches, and decode
 (batch 1-64, context 1k-32k, paged FP8 KV), with the peers that import on this machine side by
@@ -20,21 +17,17 @@ bench.png to --out-dir.
 """
 from __future__ import annotations
 
-import argparse
 import datetime
 import json
 import math
 import os
 import platform
-import sys
 
 import torch
 
 import fp8attn
 
-FN = torch.float8_e4m3fn
-P_SCALE = 1.0 / 448.0
-OUT_SCALE = 1.0 / 16.0
+from .common import FN, OUT_SCALE, P_SCALE, fmt, ideal, progress, rel_err
 
 PREFILL = [  # B, Hq, Hkv, S, D, causal
     (1, 32, 32, 8192, 128, False), (1, 32, 32, 8192, 128, True), (4, 32, 32, 2048, 128, True),
@@ -53,13 +46,6 @@ DECODE = [  # B, ctx, Hq, Hkv, D, q_len
 ]
 
 
-def _bar(i, n, label):
-    w = 30
-    done = int(w * (i + 1) / n)
-    sys.stderr.write(f"\r[{'#' * done}{'.' * (w - done)}] {i + 1}/{n} {label[:60]:60s}")
-    sys.stderr.flush()
-    if i + 1 == n:
-        sys.stderr.write("\n")
 
 
 def time_ms(fn, warmup, reps, min_warm_ms=200.0):
@@ -102,22 +88,8 @@ def graph_time_ms(fn, warmup, reps, calls=20):
     return time_ms(graph.replay, warmup, reps) / calls
 
 
-def ideal(q, k, v, causal, scale, heads=2):
-    """fp64 attention on [B, S, H, D] real tensors for batch 0, the first `heads` q heads."""
-    H, Hkv = q.shape[2], k.shape[2]
-    qd = q[0, :, :heads].double().transpose(0, 1)
-    kd = k[0].double().transpose(0, 1).repeat_interleave(H // Hkv, 0)[:heads]
-    vd = v[0].double().transpose(0, 1).repeat_interleave(H // Hkv, 0)[:heads]
-    s = qd @ kd.transpose(1, 2) * scale
-    if causal:
-        Sq, Sk = s.shape[1], s.shape[2]
-        mask = torch.ones(Sq, Sk, dtype=torch.bool, device=q.device).tril(Sk - Sq)
-        s = s.masked_fill(~mask, -math.inf)
-    return (torch.softmax(s, -1) @ vd).transpose(0, 1)  # [S, heads, D]
 
 
-def rel_err(o, ref):
-    return float((o.double() - ref).norm() / ref.norm())
 
 
 def cudnn_fp8_runner(q8, k8, v8, causal, scale):
@@ -342,8 +314,6 @@ def environment():
     return env
 
 
-def fmt(x, nd=0):
-    return "-" if x is None else (f"{x:.{nd}f}" if isinstance(x, float) else str(x))
 
 
 def table(rows):
@@ -401,25 +371,8 @@ def plot(rows, path):
     return True
 
 
-def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out-dir", default=".")
-    ap.add_argument("--warmup", type=int, default=5)
-    ap.add_argument("--reps", type=int, default=20)
-    ap.add_argument("--quick", action="store_true", help="a few shapes only")
-    ap.add_argument("--only", choices=["prefill", "decode", "all"], default="all")
-    ap.add_argument("--kv-tile", type=int, default=0,
-                    help="fp8attn's KV tile for prefill / varlen rows (0: the kernel's default; the row's kernel "
-                         "name shows it)")
-    ap.add_argument("--peers", default="all",
-                    help="comma list of flash,cudnn,cudnn_fp8 to run beside fp8attn, 'none' or 'all' (default)")
-    ap.add_argument("--device", choices=["cuda", "cpu"], default="cuda",
-                    help="cuda: the GPU benchmark (default); cpu: fp8attn's CPU kernels vs SDPA and vLLM's CPU_ATTN "
-                         "(bench-cpu.json / bench-cpu.md)")
-    args = ap.parse_args(argv)
-    if args.device == "cpu":
-        from .bench_cpu import main as cpu_main
-        return cpu_main(args)
+def run(args) -> int:
+    """Run the GPU benchmark with the parsed command line (:func:`fp8attn.bench.main`)."""
     if not torch.cuda.is_available():
         print("fp8attn.bench needs a GPU (--device cpu runs the CPU benchmark)")
         return 1
@@ -435,7 +388,7 @@ def main(argv=None):
     fns = dict(prefill=bench_prefill, varlen=bench_varlen, decode=bench_decode)
     rows = []
     for i, (kind, cfg) in enumerate(work):
-        _bar(i, len(work), f"{kind} {cfg}")
+        progress(i, len(work), f"{kind} {cfg}")
         try:
             rows.append(fns[kind](cfg, args, peers))
         except Exception as e:  # noqa: BLE001
@@ -461,6 +414,3 @@ def main(argv=None):
     plot(ok, os.path.join(args.out_dir, "bench.png"))
     return 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,4 +1,4 @@
-"""CPU benchmark, run as ``python -m fp8attn.bench --device cpu [--out-dir DIR] [--quick] [--reps N]``.
+"""The CPU benchmark, run as ``python -m fp8attn.bench --device cpu [--out-dir DIR] [--quick] [--reps N]``.
 
 fp8attn's CPU kernels (the instruction set ``FP8ATTN_CPU_ISA`` names, else the best this CPU runs) beside
 torch SDPA in fp32 and bf16 on dense prefill shapes, a varlen batch and paged decode, and beside vLLM's
@@ -28,12 +28,8 @@ import torch
 
 import fp8attn
 
-from .bench import fmt, ideal, rel_err
-from .workload import Workload, llama_batch
-
-FN = torch.float8_e4m3fn
-P_SCALE = 1.0 / 448.0
-OUT_SCALE = 1.0 / 16.0
+from ..workload import Workload, llama_batch
+from .common import FN, OUT_SCALE, P_SCALE, fmt, ideal, progress, rel_err
 
 DENSE = [  # B, Hq, Hkv, S, D, causal: the shapes the CPU targets are judged on
     (1, 32, 8, 2048, 128, True), (1, 32, 32, 1024, 128, False), (4, 32, 8, 512, 64, True),
@@ -296,9 +292,8 @@ def table(rows: list[dict], env: dict) -> str:
     return "\n".join(lines)
 
 
-def main(args) -> int:
-    from .bench import _bar
-
+def run(args) -> int:
+    """Run the CPU benchmark with the parsed command line (:func:`fp8attn.bench.main`)."""
     if not hasattr(torch.ops.fp8attn, "cpu_isa"):
         print(f"fp8attn at {fp8attn.__file__} has no CPU dispatch (an older build): run from the checkout")
         return 1
@@ -308,7 +303,7 @@ def main(args) -> int:
     work += [("serving", None)] + [("decode", c) for c in (DECODE_QUICK if args.quick else DECODE)]
     rows, bandwidth = [], 0.0
     for i, (kind, cfg) in enumerate(work):
-        _bar(i, len(work), f"{kind} {cfg or ''}")
+        progress(i, len(work), f"{kind} {cfg or ''}")
         try:
             if kind == "bandwidth":
                 bandwidth = read_bandwidth(args.reps)
