@@ -50,6 +50,9 @@ def test_parse_failed_checks_skipped_rows_and_power_windows():
         assert row["fa3_fp8"] is None and line in row["fa3_fp8_note"]
         assert row["fa3_fp8_ms"] > 0  # the time stays on record; only the figure is withheld
     assert res.other == [skipped]
+    poisoned = decode.replace("max|err| 0.0007 / 0.0007", "max|err| inf / 0.0007") + "  CHECK FAILED"
+    (row,) = fa3.parse(poisoned).decode.values()
+    assert row["fa3_fp8"] is None and row["fa3_fp8_max_err"] == float("inf")
     assert fa3.parse(prefill.replace("TFLOP/s", "TFLOPS")).other == [prefill.replace("TFLOP/s", "TFLOPS")]
 
 

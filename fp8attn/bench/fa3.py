@@ -19,13 +19,14 @@ TIMEOUT_S = 600  # the binary's whole run (about 10 s of GPU time, plus its CPU 
 DECODE_HEADS = (32, 8, 128)
 
 _NUM = r"(\d+(?:\.\d+)?)"
+_ERR = r"(\d+(?:\.\d+)?|inf|nan)"  # a NaN output makes the decode check's error inf
 # fa3 fp8 BxH[/Hkv]xSxD[ causal]  T ms  F TFLOP/s  max|err| E (max|ref| R)  NaN outputs N[  CHECK FAILED]
 _PREFILL = re.compile(rf"fa3 fp8 (\d+)x(\d+)(?:/(\d+))?x(\d+)x(\d+)( causal)?\s+{_NUM} ms\s+{_NUM} TFLOP/s\s+"
-                      rf"max\|err\| {_NUM} \(max\|ref\| {_NUM}\)\s+NaN outputs (\d+)(\s+CHECK FAILED)?")
+                      rf"max\|err\| {_ERR} \(max\|ref\| {_NUM}\)\s+NaN outputs (\d+)(\s+CHECK FAILED)?")
 # fa3 decode B ctx q_len  T us  G GB/s  (+prepare per call: T us  G GB/s)  splits S (per batch ..) ...
 #   max|err| E / E (max|ref| R)  NaN outputs N / N[  CHECK FAILED]
 _DECODE = re.compile(rf"fa3 decode (\d+) (\d+) (\d+)\s+{_NUM} us\s+{_NUM} GB/s\s+\(\+prepare per call: {_NUM} us\s+"
-                     rf"{_NUM} GB/s\)\s+splits (\d+) .*max\|err\| {_NUM} / {_NUM} \(max\|ref\| {_NUM}\)\s+"
+                     rf"{_NUM} GB/s\)\s+splits (\d+) .*max\|err\| {_ERR} / {_ERR} \(max\|ref\| {_NUM}\)\s+"
                      rf"NaN outputs (\d+) / (\d+)(\s+CHECK FAILED)?")
 
 
