@@ -158,6 +158,7 @@ void write_one_cuda(const at::Tensor& src, const at::Tensor& cache, const at::Te
   a.heads = static_cast<int32_t>(src.size(1));
   a.dim = static_cast<int32_t>(src.size(2));
   a.block_size = static_cast<int32_t>(cache.size(1));
+  a.num_slots = cache.size(0) * cache.size(1);
   a.src_bytes = static_cast<int32_t>(src.element_size());
   a.cache_bytes = static_cast<int32_t>(cache.element_size());
   a.src_bf16 = src.scalar_type() == at::kBFloat16;
