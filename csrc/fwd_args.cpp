@@ -44,7 +44,8 @@ std::vector<Named> named_tensors(const FwdArgs& a) {
   const NamedOpt opt[] = {
       {"cu_seqlens_q", &a.cu_seqlens_q}, {"cu_seqlens_k", &a.cu_seqlens_k}, {"seqused_k", &a.seqused_k},
       {"block_table", &a.block_table},   {"q_descale", &a.q_descale},       {"k_descale", &a.k_descale},
-      {"v_descale", &a.v_descale},       {"p_scale", &a.p_scale},           {"out_scale", &a.out_scale}};
+      {"v_descale", &a.v_descale},       {"p_scale", &a.p_scale},           {"out_scale", &a.out_scale},
+      {"sinks", &a.sinks}};
   for (const auto& [name, o] : opt)
     if (o->has_value()) t.emplace_back(name, &o->value());
   return t;
@@ -270,6 +271,26 @@ void check_scale_values(const FwdArgs& a, const Layout& L, const FwdParams& p) {
   }
 }
 
+// Attention sinks: float32 [H] (one logit per q head), contiguous; on the host each finite, and finite in
+// the kernels' log2 units (sink x log2(e) in float32). On a device the values are the caller's contract,
+// as the scales' are.
+void check_sinks(const FwdArgs& a, const Layout& L) {
+  if (!a.sinks) return;
+  const at::Tensor& s = *a.sinks;
+  TORCH_CHECK_TYPE(s.scalar_type() == at::kFloat, "sinks must be a float32 tensor, got ", s.scalar_type());
+  TORCH_CHECK_VALUE(s.dim() == 1 && s.size(0) == L.H, "sinks must have shape [H] = [", L.H,
+                    "] (one logit per q head: q.shape[-2]), got shape ", s.sizes());
+  TORCH_CHECK_VALUE(s.is_contiguous(), "sinks must be contiguous, got strides ", s.strides());
+  if (!s.device().is_cpu()) return;
+  const float* v = s.data_ptr<float>();
+  for (int64_t h = 0; h < L.H; ++h) {
+    TORCH_CHECK_VALUE(std::isfinite(v[h]), "sinks must be finite, got ", v[h], " (head ", h, ")");
+    TORCH_CHECK_VALUE(std::isfinite(v[h] * kLog2e), "sinks[", h, "] = ", v[h],
+                      " overflows float32 in the kernels' log2 units (x log2(e)): |sinks| must be at most ",
+                      std::numeric_limits<float>::max() / kLog2e);
+  }
+}
+
 // ---- index values
 void check_cu_seqlens(const at::Tensor& cu, const char* name, int64_t batch, const char* batch_from, int64_t rows,
                       const char* rows_from) {
@@ -416,6 +437,7 @@ void fill_params(const FwdArgs& a, const Layout& L, const IndexInfo& info, FwdPa
   p.p_scale_default = p.fp8_kind == Fp8Kind::E4M3FN ? Fp8Traits<Fp8Kind::E4M3FN>::kDefaultPScale
                                                     : Fp8Traits<Fp8Kind::E4M3FNUZ>::kDefaultPScale;
   p.out_scale = a.out_scale ? a.out_scale->data_ptr<float>() : nullptr;
+  p.sinks = a.sinks ? a.sinks->data_ptr<float>() : nullptr;
   p.softmax_scale = static_cast<float>(a.softmax_scale);
   p.softcap = static_cast<float>(a.softcap);
   p.is_causal = a.causal;
@@ -549,6 +571,7 @@ FwdArgs forward_args(const c10::FunctionSchema& schema, const torch::jit::Stack&
   a.out_scale = arg("out_scale").toOptional<at::Tensor>();
   a.return_softmax_lse = arg("return_softmax_lse").toBool();
   a.kv_tile = arg("kv_tile").toInt();
+  a.sinks = arg("sinks").toOptional<at::Tensor>();
   TORCH_INTERNAL_ASSERT(read == n, schema.name(), " has ", n, " arguments, FwdArgs reads ", read);
   return a;
 }
@@ -565,6 +588,7 @@ FwdPlan make_fwd_params(const FwdArgs& a) {
   p.v_descale_head_stride = check_scale_shape(a.v_descale, "v_descale", L.Hkv, "k.shape[-2]");
   check_scale_shape(a.p_scale, "p_scale", 1, "");
   check_scale_shape(a.out_scale, "out_scale", 1, "");
+  check_sinks(a, L);
   if (p.fp8_kind == Fp8Kind::E4M3FN) {
     check_scale_values<Fp8Kind::E4M3FN>(a, L, p);
   } else {

@@ -25,7 +25,7 @@ FP8 = {"e4m3fn": torch.float8_e4m3fn, "e4m3fnuz": torch.float8_e4m3fnuz}
 DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int32, torch.int64, torch.uint8,
           torch.bool, torch.float8_e4m3fn, torch.float8_e4m3fnuz]
 TENSOR_ARGS = ["q", "k", "v", "out", "cu_seqlens_q", "cu_seqlens_k", "seqused_k", "block_table", "q_descale",
-               "k_descale", "v_descale", "p_scale", "out_scale"]
+               "k_descale", "v_descale", "p_scale", "out_scale", "sinks"]
 SCALAR_VALUES = {
     "softmax_scale": [0.0, -1.0, float("nan"), float("inf"), 1e39, 1e-50, 1e36, 1e-3, 10.0, "0.1", None, 2**70],
     "softcap": [-1.0, float("nan"), float("inf"), 1e39, 1e-45, 1e-20, 0.5, 30.0, "1", None],
@@ -59,7 +59,7 @@ def base_call(desc: dict) -> dict:
                      per_head=rng.random() < 0.3, fp8_out=desc["fp8_out"], causal=mask == "causal",
                      window=(rng.randint(0, 6), rng.randint(0, 3)) if mask == "window" else (-1, -1),
                      softcap=rng.choice([0.0, 0.0, 5.0]), p_scale=rng.choice([None, 1 / 448, 1 / 256]),
-                     block_size=rng.choice([4, 16]), seed=desc["seed"])
+                     block_size=rng.choice([4, 16]), sinks=rng.random() < 0.3, seed=desc["seed"])
     (q, k, v), kw = case.call_args()
     call = dict(q=q, k=k, v=v, **kw, return_softmax_lse=True)
     if rng.random() < 0.5:  # a caller's out, poisoned
@@ -144,6 +144,8 @@ def mutate(call: dict, m: dict, rng: random.Random) -> dict:
     cls, arg, pick = m["class"], m["arg"], m["pick"]
     if arg == "p_scale" and "p_scale" not in call and cls not in ("type", "scalar"):
         call["p_scale"] = torch.tensor([fp8attn.default_p_scale(call["k"].dtype)])
+    if arg == "sinks" and "sinks" not in call and cls not in ("type", "scalar"):
+        call["sinks"] = torch.linspace(-4.0, 6.0, call["q"].shape[-2])
     if arg == "out" and "out" not in call and cls != "type":
         dtype = fp8attn.resolve_out_dtype(call["q"], call["k"], call.get("out_scale"), None)
         call["out"] = torch.empty(call["q"].shape, dtype=dtype)

@@ -31,11 +31,11 @@ HERE = Path(__file__).resolve().parent
 CASE_TIMEOUT_S = 60.0
 EXAMPLES = int(os.environ.get("FP8ATTN_FUZZ_EXAMPLES", "1000"))
 
-TENSORS = {"dense": ["q", "k", "v", "out", "q_descale", "k_descale", "v_descale", "p_scale"],
-           "varlen": ["q", "k", "v", "out", "q_descale", "k_descale", "v_descale", "p_scale", "cu_seqlens_q",
-                      "cu_seqlens_k"],
-           "paged": ["q", "k", "v", "out", "q_descale", "k_descale", "v_descale", "p_scale", "cu_seqlens_q",
-                     "seqused_k", "block_table"]}
+TENSORS = {"dense": ["q", "k", "v", "out", "q_descale", "k_descale", "v_descale", "p_scale", "sinks"],
+           "varlen": ["q", "k", "v", "out", "q_descale", "k_descale", "v_descale", "p_scale", "sinks",
+                      "cu_seqlens_q", "cu_seqlens_k"],
+           "paged": ["q", "k", "v", "out", "q_descale", "k_descale", "v_descale", "p_scale", "sinks",
+                     "cu_seqlens_q", "seqused_k", "block_table"]}
 SCALARS = ["softmax_scale", "softcap", "window_size", "kv_tile", "max_seqlen_q", "max_seqlen_k", "causal",
            "return_softmax_lse", "out_dtype"]
 TENSOR_CLASSES = ["dtype", "rank", "shape", "stride", "device", "value", "type"]

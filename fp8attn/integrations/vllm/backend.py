@@ -15,6 +15,10 @@ Written against vLLM 0.33.0's ``vllm.v1.attention.backend`` interfaces (read off
   (``seq_lens``), ``block_table``, causal aligned bottom-right. All scales are the layer's device tensors,
   read where vLLM keeps them at every call (a weight reload or a captured graph sees the current values);
   max_seqlen_q / max_seqlen_k are given, so the op never synchronises with the host.
+- Attention sinks (gpt-oss): vLLM hands the impl the layer's ``sinks`` Parameter (one value per local q
+  head, in the model's dtype, filled at weight load; -inf for a head the loader pads). ``forward`` passes
+  them to the op as float32, -inf raised to a finite logit whose term is exactly 0: one elementwise kernel
+  per call on the device, so a reload into the Parameter is seen as the scales' are.
 
 The same interfaces are in vLLM 0.32 (``vllm>=0.32,<0.34``). vLLM selects the backend through its ``CUSTOM``
 slot, which fp8attn's plugin (:mod:`fp8attn_vllm`) registers; ``get_name()`` is therefore ``"CUSTOM"``.
@@ -63,6 +67,9 @@ SUPPORTED_HEAD_SIZES: tuple[int, ...] = HEAD_DIMS
 # vLLM cache dtypes this backend reads: per-tensor-scaled FP8 e4m3 only. The kernels take FP8 K/V.
 SUPPORTED_KV_CACHE_DTYPES: tuple[str, ...] = ("fp8", "fp8_e4m3")
 FP8_KV_CACHE_DTYPES = frozenset(SUPPORTED_KV_CACHE_DTYPES)
+# The op's stand-in for a sink of -inf (vLLM's padded heads): finite, as the op takes sinks, and so far below
+# any logit that its term exp(sink - m) is 0 in float32 (and fp64).
+SINK_FLOOR = -1e30
 
 
 class FP8AttnBackend(AttentionBackend):
@@ -97,6 +104,11 @@ class FP8AttnBackend(AttentionBackend):
 
     @classmethod
     def supports_sliding_window(cls) -> bool:
+        return True
+
+    @classmethod
+    def supports_sink(cls) -> bool:
+        # gpt-oss's per-head sinks: one logit per q head in the softmax's denominator (the op's `sinks`).
         return True
 
     @classmethod
@@ -237,8 +249,6 @@ class FP8AttnImpl(AttentionImpl[FP8AttnMetadata]):
     ) -> None:
         if alibi_slopes is not None:
             raise NotImplementedError("FP8ATTN does not support ALiBi")
-        if sinks is not None:
-            raise NotImplementedError("FP8ATTN does not support attention sinks")
         if attn_type != AttentionType.DECODER:
             raise NotImplementedError(
                 f"FP8ATTN supports decoder self-attention only, not attention type {attn_type!r}"
@@ -254,6 +264,9 @@ class FP8AttnImpl(AttentionImpl[FP8AttnMetadata]):
         num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
         if num_heads % num_kv_heads != 0:
             raise ValueError(f"num_heads ({num_heads}) must be a multiple of num_kv_heads ({num_kv_heads})")
+        if sinks is not None and tuple(sinks.shape) != (num_heads,):
+            raise ValueError(f"sinks must have one value per q head of the layer ({num_heads}), got shape "
+                             f"{tuple(sinks.shape)}")
 
         self.num_heads = num_heads
         self.head_size = head_size
@@ -267,7 +280,8 @@ class FP8AttnImpl(AttentionImpl[FP8AttnMetadata]):
         self.logits_soft_cap = float(logits_soft_cap or 0.0)
         self.attn_type = attn_type
         self.kv_sharing_target_layer_name = kv_sharing_target_layer_name
-        self.sinks = None
+        self.sinks = sinks
+        self._sink_floor: torch.Tensor | None = None  # SINK_FLOOR as float32 [1] on the sinks' device
         self.fp8_dtype = current_platform.fp8_dtype()
         # vLLM quantizes q with the layer's _q_scale before forward (a static per-tensor QuantFP8 that
         # torch.compile fuses into RoPE); forward also accepts a 16-bit q and quantizes it in-kernel.
@@ -298,6 +312,18 @@ class FP8AttnImpl(AttentionImpl[FP8AttnMetadata]):
         """
         src = layer._prob_scale
         return torch.where(src == 1.0, self._default_p_scale, src).reshape(1)
+
+    def _op_sinks(self) -> torch.Tensor | None:
+        """The layer's sinks as the op takes them: float32 (from the model's dtype), -inf (a padded head) as
+        SINK_FLOOR. One elementwise kernel (max with a float32 [1] tensor promotes), no host sync; computed
+        at every call, as the scales are, so an in-place reload of the Parameter is seen."""
+        sinks = self.sinks
+        if sinks is None:
+            return None
+        floor = self._sink_floor
+        if floor is None or floor.device != sinks.device:
+            floor = self._sink_floor = torch.full((1,), SINK_FLOOR, dtype=torch.float32, device=sinks.device)
+        return torch.maximum(sinks, floor)
 
     def _q_scale(self, layer: AttentionLayer) -> torch.Tensor:
         """The layer's q scale for the op: per tensor as it is, or per head (vLLM's per-head q scale has one
@@ -393,6 +419,7 @@ class FP8AttnImpl(AttentionImpl[FP8AttnMetadata]):
             out_scale=output_scale,
             return_softmax_lse=False,
             kv_tile=0,
+            sinks=self._op_sinks(),
         )
         return output
 
