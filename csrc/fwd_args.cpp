@@ -16,9 +16,6 @@
 namespace fp8attn {
 namespace {
 
-// The widest KV tile of any implementation (the Hopper wgmma pipeline's); the CPU takes any tile
-// up to it, the GPU kernels their own (fwd_unsupported_reason).
-constexpr int64_t kMaxKvTile = 128;
 constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
 
 using Named = std::pair<const char*, const at::Tensor*>;
@@ -251,7 +248,7 @@ void check_scale_values(const FwdArgs& a, const Layout& L, const FwdParams& p) {
   // P = 1 (every row's largest probability in a tile) quantizes to a non-zero code, or l = 0: p_scale
   // < 2 / (the smallest subnormal of the FP8 type).
   for (float x : ps)
-    TORCH_CHECK_VALUE(PQuantize<K>{1.f / x}(1.f) > 0.f, "p_scale = ", x,
+    TORCH_CHECK_VALUE(PQuantize<K>::of_scale(x)(1.f) > 0.f, "p_scale = ", x,
                       " quantizes P = 1 to the FP8 code 0 (every probability would be 0): it must be below ",
                       2.f / smallest_subnormal<K>(), " = 2 / the smallest subnormal of the FP8 type");
   // The largest logit the kernels can form, |q8 . k8| <= D max_F^2 times softmax_scale q_descale k_descale
@@ -434,8 +431,7 @@ void fill_params(const FwdArgs& a, const Layout& L, const IndexInfo& info, FwdPa
   p.k_descale = a.k_descale ? a.k_descale->data_ptr<float>() : nullptr;
   p.v_descale = a.v_descale ? a.v_descale->data_ptr<float>() : nullptr;
   p.p_scale_ptr = a.p_scale ? a.p_scale->data_ptr<float>() : nullptr;
-  p.p_scale_default = p.fp8_kind == Fp8Kind::E4M3FN ? Fp8Traits<Fp8Kind::E4M3FN>::kDefaultPScale
-                                                    : Fp8Traits<Fp8Kind::E4M3FNUZ>::kDefaultPScale;
+  p.p_scale_default = kDefaultPScale[static_cast<int32_t>(p.fp8_kind)];
   p.out_scale = a.out_scale ? a.out_scale->data_ptr<float>() : nullptr;
   p.sinks = a.sinks ? a.sinks->data_ptr<float>() : nullptr;
   p.softmax_scale = static_cast<float>(a.softmax_scale);

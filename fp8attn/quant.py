@@ -7,12 +7,9 @@ from __future__ import annotations
 
 import torch
 
-FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e4m3fnuz)
+from .shapes import DEFAULT_P_SCALE
 
-_FP8_MAX = {torch.float8_e4m3fn: 448.0, torch.float8_e4m3fnuz: 240.0}
-# A power of two, so p / p_scale is exact, and p = 1 maps to 256 (fn) or 128 (fnuz): the same bit
-# pattern in both types (fnuz codes are worth half), below either maximum.
-_DEFAULT_P_SCALE = {torch.float8_e4m3fn: 2.0**-8, torch.float8_e4m3fnuz: 2.0**-7}
+FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e4m3fnuz)
 
 
 def check_fp8_dtype(dtype: torch.dtype, arg: str = "dtype") -> None:
@@ -24,13 +21,14 @@ def check_fp8_dtype(dtype: torch.dtype, arg: str = "dtype") -> None:
 def fp8_max(dtype: torch.dtype) -> float:
     """Largest finite value of the FP8 type (448 for e4m3fn, 240 for e4m3fnuz)."""
     check_fp8_dtype(dtype)
-    return _FP8_MAX[dtype]
+    return torch.finfo(dtype).max
 
 
 def default_p_scale(dtype: torch.dtype) -> float:
-    """The P scale used when none is given: 2^-8 for e4m3fn, 2^-7 for e4m3fnuz."""
+    """The P scale used when none is given: 2^-8 for e4m3fn, 2^-7 for e4m3fnuz (``fp8attn.shapes``, generated
+    with the kernels' constants)."""
     check_fp8_dtype(dtype)
-    return _DEFAULT_P_SCALE[dtype]
+    return DEFAULT_P_SCALE[str(dtype).removeprefix("torch.float8_")]
 
 
 def quantize(x: torch.Tensor, scale: torch.Tensor | float, dtype: torch.dtype) -> torch.Tensor:

@@ -15,6 +15,7 @@
 #include "cpu/isa.h"
 #include "cpu/item.h"
 #include "kernels/mask.h"
+#include "kernels/scales.h"
 #include "kernels/seqinfo.h"
 #include "kernels/variant.h"
 
@@ -30,8 +31,6 @@ struct WorkItem {
   int32_t row0, rows;   // q rows [row0, row0 + rows)
   int64_t cost;
 };
-
-float scale_at(const float* s, int32_t stride, int32_t head) { return s ? s[head * stride] : 1.f; }
 
 // A per-thread buffer reused across calls (no allocation per call once it has grown).
 void* thread_buffer(size_t bytes) {
@@ -159,19 +158,19 @@ class Forward {
       const int32_t h = hkv * group_ + w.h0 + i % w.heads;
       mask.key_range(row, row + 1, &lo[i], &hi[i]);
       if (lo[i] < hi[i]) kb = std::min(kb, lo[i]), ke = std::max(ke, hi[i]);
-      const float q_descale = scale_at(p_.q_descale, p_.q_descale_head_stride, h);
-      const float k_descale = scale_at(p_.k_descale, p_.k_descale_head_stride, hkv);
-      v_descale[i] = scale_at(p_.v_descale, p_.v_descale_head_stride, hkv);
+      const float q_descale = q_descale_of(p_, h);
+      const float k_descale = k_descale_of(p_, hkv);
+      v_descale[i] = v_descale_of(p_, hkv);
       sink[i] = p_.sinks ? p_.sinks[h] * kLog2e : 0.f;
       const LogitsTransform t = LogitsTransform::make(p_.softmax_scale, q_descale * k_descale, p_.softcap);
       scale[i] = t.has_softcap ? t.inv_softcap : t.scale_log2;
-      inv_q[i] = 1.f / q_descale;  // a 16-bit q is multiplied by the reciprocal, as the GPU does
+      inv_q[i] = inv_q_descale_of(p_, h);
       q_off[i] = s.q_offset + static_cast<int64_t>(row) * p_.q_row_stride + static_cast<int64_t>(h) * p_.q_head_stride;
       o_off[i] = s.o_offset + static_cast<int64_t>(row) * p_.o_row_stride + static_cast<int64_t>(h) * p_.o_head_stride;
       lse_off[i] = s.lse_offset + static_cast<int64_t>(h) * p_.lse_head_stride + static_cast<int64_t>(row) * p_.lse_row_stride;
     }
     const LogitsTransform t = LogitsTransform::make(p_.softmax_scale, 1.f, p_.softcap);
-    const float p_scale = p_.p_scale_ptr ? *p_.p_scale_ptr : p_.p_scale_default;
+    const float p_scale = p_scale_of<K>(p_);
     ItemArgs a;
     a.head_dim = D;
     a.tile = tile_of(s);
@@ -186,7 +185,7 @@ class Forward {
     a.inv_q_descale = inv_q;
     a.logit_scale = scale;
     a.softcap_log2 = t.has_softcap ? t.softcap_log2 : 0.f;
-    a.inv_p_scale = 1.f / p_scale;
+    a.inv_p_scale = PQuantize<K>::of_scale(p_scale).inv_p_scale;
     a.kind = K;
     a.keys = key_source(s, w.hkv);
     a.groups = w.nkv;
@@ -196,7 +195,7 @@ class Forward {
     a.out_type = p_.out_type;
     a.o_off = o_off;
     a.v_descale = v_descale;
-    a.inv_out_scale = p_.out_scale ? 1.f / *p_.out_scale : 1.f;
+    a.inv_out_scale = inv_out_scale_of(p_);
     a.p_scale = p_scale;
     a.sink = p_.sinks ? sink : nullptr;
     a.lse = p_.lse;

@@ -5,15 +5,12 @@
 
 #include "fast_div.h"
 #include "numeric/fp8_kind.h"
+#include "shapes.h"
 
 namespace fp8attn {
 
 // Element type of q and of out.
 enum class ElemType : int32_t { FP8 = 0, BF16 = 1, FP16 = 2 };
-
-// The KV tile every implementation uses when kv_tile = 0 (the GPU kernels' only tile), so that the
-// CPU oracle and the GPU kernels quantize P at the same points by default.
-constexpr int32_t kDefaultKvTile = 64;
 
 struct FwdParams {
   // ---- tensors. q: [B, Sq, H, D] dense or [T, H, D] varlen. k/v: [B, Sk, Hkv, D] dense,

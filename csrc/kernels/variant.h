@@ -41,6 +41,8 @@ struct LogitsTransform {
 template <Fp8Kind K, class Cvt = Fp8SoftCvt<K>>
 struct PQuantize {
   float inv_p_scale;
+  // For a call's p_scale: p is multiplied by its float32 reciprocal (as fp8attn.quant.quantize does).
+  FP8ATTN_HD static PQuantize of_scale(float p_scale) { return {1.f / p_scale}; }
   // The value of one p's code (the CPU implementation).
   FP8ATTN_HD float operator()(float p) const { return fp8_decode<K>(fp8_encode<K>(p * inv_p_scale)); }
   // Four p -> their codes packed little-endian (byte i = p[i]); v[i] = the codes' values.

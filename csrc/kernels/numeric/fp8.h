@@ -23,8 +23,6 @@ struct Fp8Traits<Fp8Kind::E4M3FN> {
   static constexpr float kMax = 448.f;
   static constexpr uint8_t kNaN = 0x7f;
   static constexpr bool kHasNegZero = true;
-  // Default P dequant scale: a power of two, so p / p_scale is exact and p = 1 maps to 256 < max.
-  static constexpr float kDefaultPScale = 1.f / 256.f;
 };
 
 template <>
@@ -33,8 +31,6 @@ struct Fp8Traits<Fp8Kind::E4M3FNUZ> {
   static constexpr float kMax = 240.f;
   static constexpr uint8_t kNaN = 0x80;
   static constexpr bool kHasNegZero = false;
-  // Half of fn's: the same bit patterns as fn with its default (fnuz is worth half per code).
-  static constexpr float kDefaultPScale = 1.f / 128.f;
 };
 
 FP8ATTN_HD uint32_t f32_bits(float x) {
