@@ -9,9 +9,10 @@
 TORCH_LIBRARY(fp8attn, m) {
   const std::string args = fp8attn::kForwardArgs;
   m.def(("forward(" + args + ") -> Tensor").c_str());
-  // The GPU kernel instance forward would run for these arguments ("cpu" on the CPU); out is not
-  // written. For tests and benchmarks that need to know which pipeline served a call.
-  m.def(("forward_kernel(" + args + ") -> str").c_str());
+  // The kernel forward would run for these arguments: its name, pipeline and KV tile ("cpu", "cpu" and
+  // the tile on the CPU); out is not written. For tests and benchmarks that need to know which kernel
+  // served a call and at which tile its oracle quantizes P.
+  m.def(("forward_kernel(" + args + ") -> (str name, str pipeline, int kv_tile)").c_str());
   m.def(
       "write_kv_cache(Tensor key, Tensor value, Tensor(a!) key_cache, Tensor(b!) value_cache, "
       "Tensor slot_mapping, Tensor? k_scale, Tensor? v_scale) -> ()");

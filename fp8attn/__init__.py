@@ -4,11 +4,11 @@
 """
 
 from . import _fake  # noqa: F401  (fake impls for torch.compile)
-from .ops import forward, kernel_kv_tile, kernel_name, resolve_out_dtype, write_kv_cache
+from .ops import KernelInfo, forward, kernel_info, kernel_name, resolve_out_dtype, write_kv_cache
 from .quant import default_p_scale, fn_scale_to_fnuz, fp8_max, quantize
 
-__all__ = ["forward", "kernel_name", "kernel_kv_tile", "write_kv_cache", "resolve_out_dtype", "default_p_scale",
-           "fn_scale_to_fnuz", "fp8_max", "quantize", "build_commit"]
+__all__ = ["forward", "kernel_info", "kernel_name", "KernelInfo", "write_kv_cache", "resolve_out_dtype",
+           "default_p_scale", "fn_scale_to_fnuz", "fp8_max", "quantize", "build_commit"]
 __version__ = "0.1.0"
 
 

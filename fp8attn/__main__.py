@@ -18,7 +18,7 @@ import time
 
 import torch
 
-from . import build_commit, forward, kernel_kv_tile, kernel_name
+from . import build_commit, forward, kernel_info
 from .quant import fp8_max
 from .reference import ideal_attention, quantized_attention
 from .workload import llama_batch
@@ -63,8 +63,7 @@ def run_attention(device: torch.device, repeats: int) -> dict:
 
     out = call()
     # The reference at the kernel's own KV tile (Hopper's wgmma kernels take 128 keys by default).
-    kernel = kernel_name(w.q, w.key_cache, w.value_cache, out_scale=out_scale, **w.kwargs)
-    kv_tile = kernel_kv_tile(kernel)
+    kernel, _, kv_tile = kernel_info(w.q, w.key_cache, w.value_cache, out_scale=out_scale, **w.kwargs)
     cpu = w.to("cpu")
     ideal, _ = ideal_attention(cpu.q, cpu.key_cache, cpu.value_cache, **cpu.kwargs)
     quant, _ = quantized_attention(cpu.q, cpu.key_cache, cpu.value_cache, kv_tile=kv_tile, out_scale=out_scale.cpu(),

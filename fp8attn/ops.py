@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
+import inspect
 import math
 import operator
-import re
+from typing import Any, NamedTuple
 
 import torch
 
 from . import _C  # noqa: F401  (registers torch.ops.fp8attn)
 from .quant import FP8_DTYPES
 
-__all__ = ["forward", "kernel_name", "kernel_kv_tile", "write_kv_cache", "resolve_out_dtype"]
+__all__ = ["forward", "kernel_info", "kernel_name", "KernelInfo", "op_args", "write_kv_cache", "resolve_out_dtype"]
 
 _16BIT = (torch.bfloat16, torch.float16)
 
@@ -158,41 +159,62 @@ def forward(
     Returns:
       ``out``, or ``(out, softmax_lse)`` when ``return_softmax_lse``.
     """
-    return _forward(q, k, v, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, seqused_k=seqused_k,
-                    max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, block_table=block_table,
-                    softmax_scale=softmax_scale, causal=causal, window_size=window_size, softcap=softcap,
-                    sinks=sinks, q_descale=q_descale, k_descale=k_descale, v_descale=v_descale, p_scale=p_scale,
-                    out_scale=out_scale, out_dtype=out_dtype, out=out, return_softmax_lse=return_softmax_lse,
-                    kv_tile=kv_tile)
+    args = _op_args(locals())  # (locals(): forward's arguments by name, before anything else is bound)
+    lse = torch.ops.fp8attn.forward(**args)
+    return (args["out"], lse) if args["return_softmax_lse"] else args["out"]
+
+
+class KernelInfo(NamedTuple):
+    """The kernel a call runs, as the dispatch that chooses it reports it (``torch.ops.fp8attn.forward_kernel``)."""
+
+    name: str  #: the instance, e.g. ``"fwd_wgmma_hd128_e4m3fn_band_kv128"``, or ``"cpu"``
+    pipeline: str  #: its pipeline (the values of ``FP8ATTN_PIPELINE``), or ``"cpu"``
+    kv_tile: int  #: keys per online-softmax tile: the ``kv_tile`` of the reference that is the call's oracle
+
+
+def kernel_info(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, **kwargs) -> KernelInfo:
+    """The kernel ``forward(q, k, v, **kwargs)`` would run, without running it: its name, pipeline and KV tile
+    (on CPU tensors ``("cpu", "cpu", tile)``). Raises the errors ``forward`` would raise."""
+    return KernelInfo(*torch.ops.fp8attn.forward_kernel(**op_args(q, k, v, **kwargs)))
 
 
 def kernel_name(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, **kwargs) -> str:
-    """The kernel ``forward(q, k, v, **kwargs)`` would run, without running it: the GPU kernel
-    instance (e.g. ``"fwd_sm90a_hd128_e4m3fn_band_kv128"``: family, head dim, FP8 kind, mask kind,
-    KV tile when not 64) or ``"cpu"``. Raises the errors ``forward`` would raise."""
-    return _forward(q, k, v, _op=torch.ops.fp8attn.forward_kernel, **kwargs)
+    """``kernel_info(q, k, v, **kwargs).name``: the GPU kernel instance (pipeline, head dim, FP8 kind, mask kind,
+    KV tile) or ``"cpu"``."""
+    return kernel_info(q, k, v, **kwargs).name
 
 
-def kernel_kv_tile(kernel: str) -> int:
-    """Keys per online-softmax tile of the kernel ``kernel_name`` named: N for the instances named
-    ``..._kv<N>``, 64 for every other kernel and for ``"cpu"`` (their default ``kv_tile``). The
-    reference at that tile (``reference.quantized_attention(kv_tile=...)``) is the call's oracle."""
-    m = re.fullmatch(r"fwd_\w+_kv(\d+)", kernel)
-    return int(m.group(1)) if m else 64
+def op_args(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, **kwargs) -> dict[str, Any]:
+    """The arguments of the registered op ``torch.ops.fp8attn.forward`` for ``forward(q, k, v, **kwargs)``: every
+    one of its schema's, by name and in its order (``tuple(op_args(...).values())`` are its positional arguments),
+    each checked against its schema type; ``out`` allocated when not given. Raises what ``forward`` raises for
+    these arguments before the op runs."""
+    try:
+        bound = _FORWARD.bind(q, k, v, **kwargs)
+    except TypeError as e:
+        raise TypeError(f"forward() {e}") from None
+    bound.apply_defaults()
+    return _op_args(bound.arguments)
 
 
-def _forward(q, k, v, *, cu_seqlens_q=None, cu_seqlens_k=None, seqused_k=None, max_seqlen_q=None, max_seqlen_k=None,
-             block_table=None, softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0, sinks=None,
-             q_descale=None, k_descale=None, v_descale=None, p_scale=None, out_scale=None, out_dtype=None, out=None,
-             return_softmax_lse=False, kv_tile: int = 0, _op=None):
-    """``forward``'s body; ``_op`` replaces the op (same arguments: ``forward_kernel``)."""
-    for name, x in (("q", q), ("k", k), ("v", v)):
-        _check_tensor(x, name)
-    for name, x in (("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k), ("seqused_k", seqused_k),
-                    ("block_table", block_table), ("q_descale", q_descale), ("k_descale", k_descale),
-                    ("v_descale", v_descale), ("p_scale", p_scale), ("out_scale", out_scale), ("sinks", sinks),
-                    ("out", out)):
-        _check_tensor(x, name, optional=True)
+_FORWARD = inspect.signature(forward)
+# The registered op's arguments (csrc/fwd_args.h, kForwardArgs): (name, schema type) in its order.
+_SCHEMA = [(a.name, str(a.type)) for a in torch.ops.fp8attn.forward.default._schema.arguments]
+# forward's arguments the op takes otherwise: window_size as two ints; out_dtype only decides out's dtype.
+_RENAMED = {"window_size": ("window_left", "window_right"), "out_dtype": ()}
+if {m for n in _FORWARD.parameters for m in _RENAMED.get(n, (n,))} != {n for n, _ in _SCHEMA}:
+    raise ImportError(f"fp8attn.forward's arguments {list(_FORWARD.parameters)} do not map onto the registered op's "
+                      f"{[n for n, _ in _SCHEMA]}: the extension was not built from this package")
+_TENSORS = [(n, t != "Tensor" or n == "out") for n, t in _SCHEMA if "Tensor" in t]  # (name, optional in forward)
+_SCALARS = {"int": _int, "float": _float, "bool": _bool}
+
+
+def _op_args(a: dict[str, Any]) -> dict[str, Any]:
+    """forward's arguments (every one, by name) -> the op's, checked: the tensors first (q, k and v required, out
+    allocated when None), then the scalars by their schema types."""
+    for name, optional in _TENSORS:
+        _check_tensor(a[name], name, optional)
+    q, k, out, out_dtype, out_scale = a["q"], a["k"], a["out"], a["out_dtype"], a["out_scale"]
     if out_dtype is not None and not isinstance(out_dtype, torch.dtype):
         raise TypeError(f"out_dtype must be a torch.dtype or None, got {type(out_dtype).__name__}")
     if k.dtype not in FP8_DTYPES:
@@ -206,22 +228,13 @@ def _forward(q, k, v, *, cu_seqlens_q=None, cu_seqlens_k=None, seqused_k=None, m
         why = ("k's FP8 dtype: out_scale is given" if out_scale is not None else "out_dtype" if out_dtype is not None
                else "no out_scale: q's dtype" if q.dtype in _16BIT else "no out_scale: bfloat16 for an FP8 q")
         raise TypeError(f"out must have the output dtype {dtype} ({why}), got {out.dtype}")
+    softmax_scale = a["softmax_scale"]
     if softmax_scale is None:
         softmax_scale = 1.0 / math.sqrt(q.shape[-1]) if q.shape[-1] > 0 else 1.0
-    left, right = _window(window_size)
-    res = (_op or torch.ops.fp8attn.forward)(
-        q=q, k=k, v=v, out=out, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, seqused_k=seqused_k,
-        max_seqlen_q=0 if max_seqlen_q is None else _int(max_seqlen_q, "max_seqlen_q"),
-        max_seqlen_k=0 if max_seqlen_k is None else _int(max_seqlen_k, "max_seqlen_k"), block_table=block_table,
-        softmax_scale=_float(softmax_scale, "softmax_scale"), causal=_bool(causal, "causal"), window_left=left,
-        window_right=right, softcap=_float(softcap, "softcap"), q_descale=q_descale, k_descale=k_descale,
-        v_descale=v_descale, p_scale=p_scale, out_scale=out_scale,
-        return_softmax_lse=_bool(return_softmax_lse, "return_softmax_lse"), kv_tile=_int(kv_tile, "kv_tile"),
-        sinks=sinks)
-    if _op is not None:
-        return res
-    return (out, res) if return_softmax_lse else out
-
+    left, right = _window(a["window_size"])
+    given = {**a, "out": out, "softmax_scale": softmax_scale, "window_left": left, "window_right": right,
+             **{n: 0 if a[n] is None else a[n] for n in ("max_seqlen_q", "max_seqlen_k")}}  # 0: unknown
+    return {name: _SCALARS[t](given[name], name) if t in _SCALARS else given[name] for name, t in _SCHEMA}
 
 
 def write_kv_cache(key: torch.Tensor, value: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,

@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_forward_cpu import assert_matches_reference
 
-from fp8attn.ops import _forward
+import fp8attn
 from fp8attn.reference import quantized_attention_bounds
 
 ISAS = list(torch.ops.fp8attn.cpu_isas())
@@ -26,7 +26,7 @@ def run(isa: str, case, kv_tile: int = 0):
         assert torch.ops.fp8attn.cpu_isa() == isa
         before = torch.ops.fp8attn.cpu_isa_calls(isa)
         (q, k, v), kw = case.call_args()
-        out, lse = _forward(q, k, v, return_softmax_lse=True, kv_tile=kv_tile, **kw)
+        out, lse = fp8attn.forward(q, k, v, return_softmax_lse=True, kv_tile=kv_tile, **kw)
         assert torch.ops.fp8attn.cpu_isa_calls(isa) == before + (q.numel() > 0)  # no query row: no kernel runs
     return out, lse
 
@@ -57,7 +57,7 @@ def test_unknown_isa_is_refused(monkeypatch):
     case = make_case(q_lens=[3], k_lens=[9], seed=1)
     (q, k, v), kw = case.call_args()
     with pytest.raises(ValueError, match="FP8ATTN_CPU_ISA=avx9000"):
-        _forward(q, k, v, **kw)
+        fp8attn.forward(q, k, v, **kw)
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -7,6 +7,7 @@ import torch
 from cases import kv_args, make_case
 
 import fp8attn
+from fp8attn.ops import op_args
 
 F8 = torch.float8_e4m3fn
 
@@ -307,16 +308,8 @@ def test_scalar_arguments(match, exc, over):
 
 
 def _op_args(**over):
-    """torch.ops.fp8attn.forward's arguments for a valid dense call, by name."""
-    a = dense()
-    q = a.pop("q")
-    kw = dict(q=q, k=a.pop("k"), v=a.pop("v"), out=torch.empty(q.shape, dtype=torch.float8_e4m3fn), cu_seqlens_q=None,
-              cu_seqlens_k=None, seqused_k=None, max_seqlen_q=0, max_seqlen_k=0, block_table=None,
-              softmax_scale=0.125, causal=False, window_left=-1, window_right=-1, softcap=0.0,
-              q_descale=a["q_descale"], k_descale=a["k_descale"], v_descale=a["v_descale"], p_scale=None,
-              out_scale=a["out_scale"], return_softmax_lse=False, kv_tile=0)
-    kw.update(over)
-    return kw
+    """torch.ops.fp8attn.forward's arguments for a valid dense call, by name, with `over` replacing some."""
+    return {**op_args(**dense()), **over}
 
 
 @pytest.mark.parametrize("over,match", [

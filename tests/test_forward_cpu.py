@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import fp8attn
-from fp8attn.ops import _forward
+from fp8attn.ops import op_args
 from fp8attn.quant import fp8_max
 from fp8attn.reference import QuantizedBounds, ideal_attention, quantized_attention, quantized_attention_bounds
 
@@ -21,7 +21,7 @@ HEAD_DIMS = [64, 80, 96, 128, 192, 256]
 
 def check_against_reference(case, kv_tile: int) -> None:
     (q, k, v), kw = case.call_args()
-    out, lse = _forward(q, k, v, return_softmax_lse=True, kv_tile=kv_tile, **kw)
+    out, lse = fp8attn.forward(q, k, v, return_softmax_lse=True, kv_tile=kv_tile, **kw)
     assert_matches_reference(out, lse, quantized_attention_bounds(q, k, v, kv_tile=kv_tile, **kw))
 
 
@@ -96,7 +96,7 @@ def test_tie_widens_only_its_row():
     case = make_case(q_lens=[5], k_lens=[81], heads=6, kv_heads=1, head_dim=64, fp8=torch.float8_e4m3fnuz,
                      softcap=7.5, seed=1215)
     (q, k, v), kw = case.call_args()
-    out, lse = _forward(q, k, v, return_softmax_lse=True, kv_tile=16, **kw)
+    out, lse = fp8attn.forward(q, k, v, return_softmax_lse=True, kv_tile=16, **kw)
     ref = quantized_attention_bounds(q, k, v, kv_tile=16, **kw)
     assert ref.tie.nonzero().tolist() == [[0, 0, 3]]  # lse layout [B, H, Sq]
     assert (ref.lse_lo != ref.lse_hi).nonzero().tolist() == [[0, 0, 3]]
@@ -284,21 +284,18 @@ def test_torch_compile_fullgraph(sinks):
 def test_opcheck():
     case = make_case(layout="varlen", q_lens=[7, 9], k_lens=[20, 9], head_dim=64, causal=True, sinks=True, seed=43)
     (q, k, v), kw = case.call_args()
-    out = torch.empty(q.shape, dtype=k.dtype)
-    args = (q, k, v, out, kw["cu_seqlens_q"], kw["cu_seqlens_k"], None, 9, 20, None, 0.125, True, -1, -1, 0.0,
-            kw["q_descale"], kw["k_descale"], kw["v_descale"], None, kw["out_scale"], True, 0, kw["sinks"])
+    args = tuple(op_args(q, k, v, max_seqlen_q=9, max_seqlen_k=20, softmax_scale=0.125, return_softmax_lse=True,
+                         **kw).values())
     torch.library.opcheck(torch.ops.fp8attn.forward.default, args,
                           test_utils=("test_faketensor", "test_aot_dispatch_dynamic"))
 
 
-def test_kernel_name_and_kv_tile() -> None:
-    """On CPU tensors kernel_name says "cpu" (its KV tile: 64); GPU names carry the tile as _kv<N>."""
+def test_kernel_info() -> None:
+    """On CPU tensors the dispatch reports the CPU and the tile it runs: the call's kv_tile, 64 for 0."""
     args, kw = make_case(q_lens=[3], k_lens=[70], seed=3).call_args()
     assert fp8attn.kernel_name(*args, **kw) == "cpu"
-    assert fp8attn.kernel_kv_tile("cpu") == 64
-    assert fp8attn.kernel_kv_tile("fwd_sm90a_hd128_e4m3fn_band_kv128") == 128
-    assert fp8attn.kernel_kv_tile("fwd_sm90a_hd256_e4m3fn_nomask") == 64
-    assert fp8attn.kernel_kv_tile("fwd_sm90_hd128_e4m3fn_band") == 64
+    assert fp8attn.kernel_info(*args, **kw) == ("cpu", "cpu", 64)
+    assert fp8attn.kernel_info(*args, kv_tile=32, **kw) == ("cpu", "cpu", 32)
 
 
 # ---- attention sinks (gpt-oss): one logit per q head in the denominator only (docs/numerics.md)

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import inspect
 
+import pytest
 import torch
 
 import fp8attn
+from fp8attn.ops import op_args
 
 FORWARD_ARGS = (
     "Tensor q, Tensor k, Tensor v, Tensor(a!) out, Tensor? cu_seqlens_q, Tensor? cu_seqlens_k, Tensor? seqused_k, "
@@ -17,7 +19,8 @@ FORWARD_ARGS = (
 
 def test_schemas_unchanged():
     assert str(torch.ops.fp8attn.forward.default._schema) == f"fp8attn::forward({FORWARD_ARGS}) -> Tensor"
-    assert str(torch.ops.fp8attn.forward_kernel.default._schema) == f"fp8attn::forward_kernel({FORWARD_ARGS}) -> str"
+    assert str(torch.ops.fp8attn.forward_kernel.default._schema) == (
+        f"fp8attn::forward_kernel({FORWARD_ARGS}) -> (str name, str pipeline, int kv_tile)")
     assert str(torch.ops.fp8attn.write_kv_cache.default._schema) == (
         "fp8attn::write_kv_cache(Tensor key, Tensor value, Tensor(a!) key_cache, Tensor(b!) value_cache, "
         "Tensor slot_mapping, Tensor? k_scale, Tensor? v_scale) -> ()")
@@ -28,6 +31,18 @@ def test_python_signature_unchanged():
         "q", "k", "v", "cu_seqlens_q", "cu_seqlens_k", "seqused_k", "max_seqlen_q", "max_seqlen_k", "block_table",
         "softmax_scale", "causal", "window_size", "softcap", "sinks", "q_descale", "k_descale", "v_descale", "p_scale",
         "out_scale", "out_dtype", "out", "return_softmax_lse", "kv_tile"]
+
+
+def test_op_args_are_the_schemas():
+    """fp8attn.ops.op_args (what forward, kernel_info and the tests call the op with) gives every argument of the
+    registered op, in its order: forward's keywords map onto the schema (window_size onto two ints)."""
+    q = torch.randn(1, 8, 2, 64).to(torch.float8_e4m3fn)
+    args = op_args(q, q, q, window_size=(3, 0), max_seqlen_q=8)
+    assert list(args) == [a.name for a in torch.ops.fp8attn.forward.default._schema.arguments]
+    assert (args["window_left"], args["window_right"], args["max_seqlen_q"], args["max_seqlen_k"]) == (3, 0, 8, 0)
+    assert args["out"].shape == q.shape and args["out"].dtype == torch.bfloat16 and args["softmax_scale"] == 0.125
+    with pytest.raises(TypeError, match="unexpected keyword argument 'window_left'"):
+        op_args(q, q, q, window_left=3)
 
 
 def test_positional_and_keyword_calls_agree():

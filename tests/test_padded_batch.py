@@ -12,7 +12,6 @@ from cases import NAN_CODE, make_case
 from test_forward_cpu import assert_matches_reference
 
 import fp8attn
-from fp8attn.ops import _forward
 from fp8attn.reference import quantized_attention_bounds
 
 PAD_ROWS = 5
@@ -44,7 +43,7 @@ def test_padded_paged_batch():
     (qp, kc, vc), kw_pad = _padded(case)
     T = q.shape[0]
     out = torch.full(qp.shape, float("nan"), dtype=torch.bfloat16)
-    _, lse = _forward(qp, kc, vc, out=out, return_softmax_lse=True, **kw_pad)
+    _, lse = fp8attn.forward(qp, kc, vc, out=out, return_softmax_lse=True, **kw_pad)
     assert torch.isnan(out[T:].float()).all()  # padding rows: not written
     ref = quantized_attention_bounds(q, k, v, kv_tile=64, **kw)
     assert_matches_reference(out[:T], lse[:, :T], ref)

@@ -676,8 +676,8 @@ def test_prob_scale_is_read_at_every_call(vllm_config):
 
 
 def test_op_is_called_by_argument_name(vllm_config, monkeypatch):
-    """The backend names every argument after q, k, v, out, so a change of the op's schema order cannot
-    silently swap two of them."""
+    """The backend calls the op through fp8attn.forward, which names every argument (fp8attn.ops.op_args), so a
+    change of the op's schema order cannot silently swap two of them."""
     batch = Batch(seed=10)
     impl = make_impl(BASE)
     kv_cache, key, value, metadata = run_step(batch, impl, make_builder(vllm_config), KVCacheLayout.LBNHC)
@@ -692,7 +692,7 @@ def test_op_is_called_by_argument_name(vllm_config, monkeypatch):
     monkeypatch.setattr(torch.ops.fp8attn, "forward", recording_op)
     out = new_output(batch)
     impl.forward(batch.layer, batch.q, key, value, kv_cache, metadata, out)
-    assert calls == [(4, sorted(names[4:]))], calls
+    assert calls == [(0, sorted(names))], calls
     torch.testing.assert_close(out[: batch.T], batch.reference(impl), rtol=0, atol=0)
 
 

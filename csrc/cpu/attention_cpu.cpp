@@ -45,7 +45,7 @@ template <Fp8Kind K>
 class Forward {
  public:
   Forward(const FwdParams& p, Kernel kernel)
-      : p_(p), kernel_(kernel), tile_(p.kv_tile > 0 ? p.kv_tile : kDefaultKvTile),
+      : p_(p), kernel_(kernel), tile_(kv_tile_of(p)),
         group_(p.num_heads / p.num_heads_k) {}
 
   void run() {

@@ -8,4 +8,7 @@ namespace fp8attn::cpu {
 
 void run_forward(const FwdParams& p);
 
+// The KV tile run_forward quantizes P at: p.kv_tile, or kDefaultKvTile for 0.
+inline int32_t kv_tile_of(const FwdParams& p) { return p.kv_tile > 0 ? p.kv_tile : kDefaultKvTile; }
+
 }  // namespace fp8attn::cpu

@@ -13,9 +13,8 @@ at::Tensor forward_cpu(const FwdArgs& a) {
 }
 
 // The CPU has one implementation; the arguments are validated as forward validates them.
-std::string forward_kernel_cpu(const FwdArgs& a) {
-  make_fwd_params(a);
-  return "cpu";
+FwdKernelInfo forward_kernel_cpu(const FwdArgs& a) {
+  return {"cpu", "cpu", cpu::kv_tile_of(make_fwd_params(a).params)};
 }
 
 TORCH_LIBRARY_IMPL(fp8attn, CPU, m) {

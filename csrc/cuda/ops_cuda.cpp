@@ -101,11 +101,12 @@ const FwdKernel& kernel_for(const at::Tensor& q, const FwdParams& p) {
 
 }  // namespace
 
-std::string forward_kernel_cuda(const FwdArgs& a) {
+FwdKernelInfo forward_kernel_cuda(const FwdArgs& a) {
   const at::Tensor& q = a.q;
   const c10::cuda::CUDAGuard guard(q.device());
   FwdPlan plan = make_fwd_params(a);
-  return kernel_for(q, plan.params).name;
+  const FwdKernel& k = kernel_for(q, plan.params);
+  return {k.name, fwd_table().pipes[k.pipe], k.kv_tile};
 }
 
 at::Tensor forward_cuda(const FwdArgs& a) {

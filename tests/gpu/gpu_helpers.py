@@ -6,38 +6,32 @@ import math
 
 import torch
 
-import fp8attn  # noqa: F401
+import fp8attn
+from fp8attn.ops import KernelInfo, op_args
 from fp8attn.shapes import DEFAULT_KV_TILE, HEAD_DIMS
 
 GPU_KV_TILE = DEFAULT_KV_TILE  # every GPU pipeline has it (csrc/kernels/generate.py)
 DEV = "cuda"
 
 
-def built_fp8_kind(fp8) -> bool:
-    """Whether this build has GPU kernels of FP8 kind `fp8` (FP8ATTN_FP8_KINDS), probed at D 128."""
-    q = torch.zeros(1, 1, 1, 128, device=DEV, dtype=fp8)
-    out = torch.empty(1, 1, 1, 128, device=DEV, dtype=torch.bfloat16)
+def _runs(d: int, fp8) -> bool:
+    """Whether this build has a GPU kernel of head dim `d` and FP8 kind `fp8` (a tiny call)."""
+    q = torch.zeros(1, 1, 1, d, device=DEV, dtype=fp8)
     try:
-        torch.ops.fp8attn.forward(q, q, q, out, None, None, None, 0, 0, None, 1.0, False, -1, -1, 0.0,
-                                  None, None, None, None, None, False, 0)
+        fp8attn.forward(q, q, q, softmax_scale=1.0)
         return True
     except (ValueError, RuntimeError):
         return False
 
 
+def built_fp8_kind(fp8) -> bool:
+    """Whether this build has GPU kernels of FP8 kind `fp8` (FP8ATTN_FP8_KINDS), probed at D 128."""
+    return _runs(128, fp8)
+
+
 def built_head_dims():
     """Head dims with a GPU instance in this build (probe each with a tiny call)."""
-    dims = []
-    for d in HEAD_DIMS:
-        q = torch.zeros(1, 1, 1, d, device=DEV, dtype=torch.float8_e4m3fn)
-        out = torch.empty(1, 1, 1, d, device=DEV, dtype=torch.bfloat16)
-        try:
-            torch.ops.fp8attn.forward(q, q, q, out, None, None, None, 0, 0, None, 1.0, False, -1, -1, 0.0,
-                                      None, None, None, None, None, False, 0)
-            dims.append(d)
-        except (ValueError, RuntimeError):
-            pass
-    return dims
+    return [d for d in HEAD_DIMS if _runs(d, torch.float8_e4m3fn)]
 
 
 def fp8_rand(shape, dtype, gen, scale=1.0):
@@ -96,18 +90,13 @@ def make_case(*, layout="dense", B=2, Sq=37, Sk=203, H=4, Hkv=2, D=128, q_dtype=
     return (qv, kc, vc), kw
 
 
-def _opt(t, device):
-    return None if t is None else t.to(device)
-
-
 def _op_args(q, k, v, out, device, kv_tile, kw):
-    left, right = kw.get("window", (-1, -1))
-    return (q.to(device), k.to(device), v.to(device), out, _opt(kw.get("cu_seqlens_q"), device),
-            _opt(kw.get("cu_seqlens_k"), device), _opt(kw.get("seqused_k"), device), int(kw.get("max_seqlen_q", 0)),
-            int(kw.get("max_seqlen_k", 0)), _opt(kw.get("block_table"), device), float(kw["softmax_scale"]),
-            bool(kw.get("causal", False)), int(left), int(right), float(kw.get("softcap", 0.0)),
-            _opt(kw.get("q_descale"), device), _opt(kw.get("k_descale"), device), _opt(kw.get("v_descale"), device),
-            _opt(kw.get("p_scale"), device), _opt(kw.get("out_scale"), device), True, int(kv_tile))
+    """torch.ops.fp8attn.forward's arguments (fp8attn.ops.op_args) for a make_case call on `device` (its tensors
+    moved there) into `out`, with the lse."""
+    kw = {n: x.to(device) if isinstance(x, torch.Tensor) else x for n, x in kw.items() if n != "out_dtype"}
+    kw["window_size"] = kw.pop("window", (-1, -1))
+    return op_args(q.to(device), k.to(device), v.to(device), out=out, kv_tile=kv_tile, return_softmax_lse=True,
+                   out_dtype=out.dtype if kw.get("out_scale") is None else None, **kw)
 
 
 def _out_dtype(k, kw):
@@ -130,14 +119,14 @@ def call(q, k, v, *, device, kv_tile=GPU_KV_TILE, out=None, poison=True, **kw):
                 out.fill_(float("nan"))
             else:
                 out.view(torch.uint8).fill_(0x7F if k.dtype == torch.float8_e4m3fn else 0x80)
-    lse = torch.ops.fp8attn.forward(*_op_args(q, k, v, out, device, kv_tile, kw))
+    lse = torch.ops.fp8attn.forward(**_op_args(q, k, v, out, device, kv_tile, kw))
     return out, lse
 
 
-def kernel_of(q, k, v, *, device, kv_tile=GPU_KV_TILE, **kw):
-    """The kernel instance `call` runs for these arguments (torch.ops.fp8attn.forward_kernel)."""
+def kernel_of(q, k, v, *, device, kv_tile=GPU_KV_TILE, **kw) -> KernelInfo:
+    """The kernel `call` runs for these arguments: its name, pipeline and KV tile (torch.ops.fp8attn.forward_kernel)."""
     out = torch.empty(q.shape, dtype=_out_dtype(k, kw), device=device)
-    return torch.ops.fp8attn.forward_kernel(*_op_args(q, k, v, out, device, kv_tile, kw))
+    return KernelInfo(*torch.ops.fp8attn.forward_kernel(**_op_args(q, k, v, out, device, kv_tile, kw)))
 
 
 # The Hopper wgmma pipeline sums FP8 products on the tensor cores with less than fp32 precision (the
@@ -149,9 +138,9 @@ WGMMA_MIN_AGREEMENT = 0.975
 WGMMA_LSE_TOL = 4e-2
 
 
-def is_wgmma(kernel_name: str) -> bool:
+def is_wgmma(kernel: KernelInfo) -> bool:
     """Whether the kernel sums FP8 products on Hopper's wgmma (the prefill and the decodewg pipelines)."""
-    return kernel_name.startswith(("fwd_wgmma_", "fwd_decodewg"))
+    return kernel.pipeline in ("wgmma", "decodewg")
 
 
 def fp8_ulps(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:

@@ -19,7 +19,7 @@ from gpu_helpers import (
     make_case,
 )
 
-from fp8attn import kernel_kv_tile
+import fp8attn
 from fp8attn.reference import ideal_attention
 from fp8attn.shapes import HEAD_DIMS
 
@@ -45,7 +45,7 @@ def assert_decode_kernel(args, kw):
     """The call runs a decode kernel, unless FP8ATTN_PIPELINE prefers another pipeline (the portable pass of
     scripts/gpu_check.sh: the same checks then hold the f16 pipeline's split calls)."""
     if os.environ.get("FP8ATTN_PIPELINE", "decode") == "decode":
-        assert kernel_of(*args, device=DEV, **kw).startswith("fwd_decode")
+        assert kernel_of(*args, device=DEV, **kw).pipeline.startswith("decode")
 
 
 def _rel_err_vs_ideal(out, args, kw):
@@ -337,7 +337,7 @@ def test_decode_split_kernels(monkeypatch, splits):
     args, kw = make_case(layout="paged", B=3, Sq=1, Sk=4500, H=32, Hkv=8, causal=True, out_dtype=FN, seed=17 + splits)
     names = _kernels_of_call(args, kw)
     assert sum("combine" not in n for n in names) == 1, names
-    if kernel_of(*args, device=DEV, **kw).startswith("fwd_decode"):
+    if kernel_of(*args, device=DEV, **kw).pipeline.startswith("decode"):
         assert any("fwd_kernel_decode" in n for n in names), names
     assert sum("fwd_combine_kernel" in n for n in names) == (splits > 1), names
 
@@ -416,13 +416,12 @@ def test_large_row_offsets():
     q = torch.randn(B, Sq, H, D, device=DEV, dtype=BF16)
     k = torch.randn(1, 64, 1, D, device=DEV).to(FN)
     out = torch.empty(B, Sq, H, D, device=DEV, dtype=BF16)
-    op_args = (q, k, k, out, None, None, None, 0, 0, None, 0.125, False, -1, -1, 0.0, None, None, None, None, None,
-               False, 0)
-    torch.ops.fp8attn.forward(*op_args)
+    fp8attn.forward(q, k, k, out=out, softmax_scale=0.125)
     tail = slice(Sq - 3, Sq)
     cout, _ = call(q[:, tail].cpu(), k.cpu(), k.cpu(), device="cpu", softmax_scale=0.125)
     frac, bad = agreement(out[:, tail], cout)
-    assert not bad and frac >= (WGMMA_MIN_AGREEMENT if is_wgmma(torch.ops.fp8attn.forward_kernel(*op_args)) else 0.999)
+    kernel = fp8attn.kernel_info(q, k, k, out=out, softmax_scale=0.125)
+    assert not bad and frac >= (WGMMA_MIN_AGREEMENT if is_wgmma(kernel) else 0.999)
 
 
 # ---- 128-key tiles (the Hopper wgmma pipeline; at D 256 two 64-key ring tiles per step) ----------
@@ -446,7 +445,7 @@ def test_kv_tile_128(D, shape, mask, layout):
     need_kv128(D)
     Sq, Sk = shape
     args, kw = make_case(layout=layout, D=D, Sq=Sq, Sk=Sk, H=8, Hkv=2, seed=D + Sq + Sk, **MASKS[mask])
-    assert kernel_kv_tile(kernel_of(*args, device=DEV, kv_tile=128, **kw)) == 128
+    assert kernel_of(*args, device=DEV, kv_tile=128, **kw).kv_tile == 128
     check_vs_cpu(args, kw, kv_tile=128)
 
 
@@ -474,15 +473,15 @@ def test_default_kv_tile():
     kernel."""
     need_dim(128)
     args, kw = make_case(Sq=150, Sk=389, seed=5)
-    name = kernel_of(*args, device=DEV, kv_tile=0, **kw)
-    tile = kernel_kv_tile(name)
-    if is_wgmma(name):  # the wgmma pipeline: unmasked D 128 on its 64-key instance
-        assert tile == 64, name
+    kernel = kernel_of(*args, device=DEV, kv_tile=0, **kw)
+    tile = kernel.kv_tile
+    if is_wgmma(kernel):  # the wgmma pipeline: unmasked D 128 on its 64-key instance
+        assert tile == 64, kernel
     o0, l0 = call(*args, device=DEV, kv_tile=0, **kw)
     ot, lt = call(*args, device=DEV, kv_tile=tile, **kw)
     assert torch.equal(o0.view(torch.uint8), ot.view(torch.uint8)) and torch.equal(l0, lt)
     dargs, dkw = make_case(layout="paged", Sq=1, Sk=517, seed=6)
-    assert kernel_kv_tile(kernel_of(*dargs, device=DEV, kv_tile=0, **dkw)) == 64
+    assert kernel_of(*dargs, device=DEV, kv_tile=0, **dkw).kv_tile == 64
 
 
 def test_kernel_names_by_shape():
@@ -496,7 +495,7 @@ def test_kernel_names_by_shape():
     dec, dkw = make_case(layout="paged", Sq=1, Sk=517, H=32, Hkv=8, causal=True, seed=6)  # 4 packed rows
     dec16, d16kw = make_case(layout="paged", Sq=4, Sk=517, H=32, Hkv=8, causal=True, seed=7)  # 16
     pre, pkw = make_case(Sq=150, Sk=389, H=8, Hkv=2, seed=5)
-    names = [kernel_of(*a, device=DEV, kv_tile=0, **kw) for a, kw in ((dec, dkw), (dec16, d16kw), (pre, pkw))]
+    names = [kernel_of(*a, device=DEV, kv_tile=0, **kw).name for a, kw in ((dec, dkw), (dec16, d16kw), (pre, pkw))]
     if torch.version.hip:
         assert all(n.startswith("fwd_mfma_hd128_") for n in names), names
     elif pref:

@@ -27,7 +27,7 @@ def test_padded_paged_batch_on_device(q_lens, k_lens, fp8_out):
         out.fill_(float("nan"))
     else:
         out.view(torch.uint8).fill_(0x7F)
-    name = fp8attn.kernel_name(qp.to(DEV), kc.to(DEV), vc.to(DEV), **dev)
+    name = fp8attn.kernel_info(qp.to(DEV), kc.to(DEV), vc.to(DEV), **dev)
     _, lse = fp8attn.forward(qp.to(DEV), kc.to(DEV), vc.to(DEV), out=out, **dev)
     torch.cuda.synchronize()
     pad = out[T:].cpu()

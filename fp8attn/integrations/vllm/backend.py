@@ -11,7 +11,7 @@ Written against vLLM 0.33.0's ``vllm.v1.attention.backend`` interfaces (read off
 - New K/V are written by ``do_kv_cache_update`` (``forward_includes_kv_cache_update = False``), quantized
   with the layer's ``_k_scale`` / ``_v_scale`` by ``torch.ops.fp8attn.write_kv_cache``.
 - ``forward`` runs the whole mixed batch (prefills, chunked-prefill continuations, decodes) as one call of
-  ``torch.ops.fp8attn.forward`` on the paged cache: varlen q (``query_start_loc``), ``seqused_k``
+  ``fp8attn.forward`` on the paged cache: varlen q (``query_start_loc``), ``seqused_k``
   (``seq_lens``), ``block_table``, causal aligned bottom-right. All scales are the layer's device tensors,
   read where vLLM keeps them at every call (a weight reload or a captured graph sees the current values);
   max_seqlen_q / max_seqlen_k are given, so the op never synchronises with the host.
@@ -48,7 +48,7 @@ from vllm.v1.attention.backend import (
     MultipleOf,
 )
 
-import fp8attn  # noqa: F401  (loads the extension: registers torch.ops.fp8attn.*)
+import fp8attn
 from fp8attn.integrations.vllm import checkpoint_scales
 from fp8attn.quant import default_p_scale, quantize
 from fp8attn.shapes import HEAD_DIMS
@@ -231,7 +231,7 @@ class FP8AttnMetadataBuilder(AttentionMetadataBuilder[FP8AttnMetadata]):
 
 
 class FP8AttnImpl(AttentionImpl[FP8AttnMetadata]):
-    """Runs torch.ops.fp8attn.forward / write_kv_cache for one attention layer."""
+    """Runs fp8attn.forward / torch.ops.fp8attn.write_kv_cache for one attention layer."""
 
     def __init__(
         self,
@@ -396,30 +396,27 @@ class FP8AttnImpl(AttentionImpl[FP8AttnMetadata]):
         if not causal and window_left >= 0 and window_right == 0:
             window_right = window_left  # a non-causal window looks both ways (as vLLM's FlashAttention does)
         key_cache, value_cache = self._kv_caches(kv_cache)
-        torch.ops.fp8attn.forward(
+        fp8attn.forward(
             query[:n],
             key_cache,
             value_cache,
-            output[:n],
+            out=output[:n],
+            out_dtype=None if output_scale is not None else output.dtype,
             cu_seqlens_q=attn_metadata.query_start_loc,
-            cu_seqlens_k=None,
             seqused_k=attn_metadata.seq_lens,
             max_seqlen_q=attn_metadata.max_query_len,
             max_seqlen_k=attn_metadata.max_seq_len,
             block_table=attn_metadata.block_table,
             softmax_scale=self.scale,
             causal=causal,
-            window_left=window_left,
-            window_right=window_right,
+            window_size=(window_left, window_right),
             softcap=self.logits_soft_cap,
+            sinks=self._op_sinks(),
             q_descale=self._q_scale(layer),
             k_descale=layer._k_scale,
             v_descale=layer._v_scale,
             p_scale=self._prob_scale(layer),
             out_scale=output_scale,
-            return_softmax_lse=False,
-            kv_tile=0,
-            sinks=self._op_sinks(),
         )
         return output
 
