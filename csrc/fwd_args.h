@@ -1,15 +1,14 @@
-// Argument checks and params construction for fp8attn::forward: the one place where tensors are
-// validated (each message names the argument) and turned into the torch-free FwdParams.
+// The arguments of fp8attn::forward: their list (the schema's), FwdArgs, and reading a call's by name.
+// fwd_checks validates them, fwd_params turns them into the torch-free FwdParams.
 #pragma once
 #include <optional>
-#include <utility>
 #include <vector>
 
 #include <ATen/ATen.h>
 #include <ATen/core/function_schema.h>
 #include <ATen/core/stack.h>
 
-#include "kernels/params.h"
+#include "arg_checks.h"
 
 namespace fp8attn {
 
@@ -42,28 +41,8 @@ struct FwdArgs {
 // (the stack is left as it is).
 FwdArgs forward_args(const c10::FunctionSchema& schema, const torch::jit::Stack& stack);
 
-struct FwdPlan {
-  FwdParams params;
-  at::Tensor lse;  // [B, H, Sq] or [H, T]; empty when not requested
-  // No query row or no query head (B, Sq, T or H = 0): the outputs are empty and no kernel runs.
-  bool empty = false;
-};
-
-// Head dims every implementation supports.
-bool is_supported_head_dim(int64_t d);
-
-// Validates every argument (values of host-resident index and scale tensors too) and fills the
-// params. Throws c10::ValueError / c10::TypeError naming the argument.
-FwdPlan make_fwd_params(const FwdArgs& a);
-
-// The written tensor dst (named dst_name) must not overlap itself nor any of the inputs (ATen's
-// overlap status; strided views of one storage, which it leaves undecided, are compared exactly when
-// they share a layout, else by their byte ranges). Throws c10::ValueError naming both.
-void check_no_overlap(const at::Tensor& dst, const char* dst_name,
-                      const std::vector<std::pair<const char*, const at::Tensor*>>& inputs);
-
-// The FP8 kind of an FP8 dtype (TypeError otherwise).
-Fp8Kind fp8_kind_of(at::ScalarType t, const char* arg);
-bool is_fp8(at::ScalarType t);
+// Every tensor argument given, with its name: q first (the device the others must share), then in the
+// schema's order.
+std::vector<NamedTensor> named_tensors(const FwdArgs& a);
 
 }  // namespace fp8attn

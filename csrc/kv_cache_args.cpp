@@ -1,26 +1,21 @@
 #include "kv_cache_args.h"
 
-#include <cmath>
-#include <limits>
-#include <utility>
+#include <vector>
 
-#include "fwd_args.h"
+#include "arg_checks.h"
+#include "overlap.h"
 
 namespace fp8attn {
 
 namespace {
-using Named = std::pair<const char*, const at::Tensor*>;
-
 void check_cache_scale(const std::optional<at::Tensor>& s, const char* name) {
   if (!s) return;
   TORCH_CHECK_TYPE(s->scalar_type() == at::kFloat, name, " must be float32, got ", s->scalar_type());
   TORCH_CHECK_VALUE(s->numel() == 1, name, " must have 1 element, got shape ", s->sizes());
-  if (s->device().is_cpu()) {
-    // A 16-bit row is quantized as x * (1 / scale): the reciprocal must be finite in float32.
+  if (s->device().is_cpu()) {  // a 16-bit row is quantized as x * (1 / scale)
     const float x = s->data_ptr<float>()[0];
-    TORCH_CHECK_VALUE(std::isfinite(x) && x > 0.f, name, " must be positive and finite, got ", x);
-    TORCH_CHECK_VALUE(std::isfinite(1.f / x), name, " = ", x, " has no finite float32 reciprocal: it must be at least ",
-                      1.f / std::numeric_limits<float>::max());
+    check_scale_value(x, name);
+    check_scale_reciprocal(x, name);
   }
 }
 }  // namespace
@@ -28,17 +23,14 @@ void check_cache_scale(const std::optional<at::Tensor>& s, const char* name) {
 void check_write_kv_cache(const at::Tensor& key, const at::Tensor& value, const at::Tensor& key_cache,
                           const at::Tensor& value_cache, const at::Tensor& slot_mapping,
                           const std::optional<at::Tensor>& k_scale, const std::optional<at::Tensor>& v_scale) {
-  std::vector<Named> tensors = {{"key", &key},
+  std::vector<NamedTensor> tensors = {{"key", &key},
                                 {"value", &value},
                                 {"key_cache", &key_cache},
                                 {"value_cache", &value_cache},
                                 {"slot_mapping", &slot_mapping}};
   if (k_scale) tensors.emplace_back("k_scale", &*k_scale);
   if (v_scale) tensors.emplace_back("v_scale", &*v_scale);
-  // (A meta tensor among real ones is refused by the fake implementation, fp8attn/_fake.py.)
-  for (const auto& [name, t] : tensors)
-    TORCH_CHECK_VALUE(t->device() == key.device(), name, " must be on key's device (", key.device(), "), got ",
-                      t->device());
+  check_one_device(tensors);
   TORCH_CHECK_VALUE(key.dim() == 3, "key must be [T, Hkv, D], got shape ", key.sizes());
   TORCH_CHECK_VALUE(value.sizes() == key.sizes(), "value must have key's shape ", key.sizes(), ", got ", value.sizes());
   TORCH_CHECK_TYPE(value.scalar_type() == key.scalar_type(), "value must have key's dtype (", key.scalar_type(),

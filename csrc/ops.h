@@ -10,6 +10,7 @@
 #include <torch/library.h>
 
 #include "fwd_args.h"
+#include "fwd_params.h"
 
 namespace fp8attn {
 

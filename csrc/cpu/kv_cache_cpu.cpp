@@ -3,6 +3,7 @@
 #include <ATen/Parallel.h>
 
 #include "kernels/numeric/half.h"
+#include "kernels/scales.h"
 #include "kv_cache_args.h"
 #include "ops.h"
 
@@ -40,7 +41,7 @@ void write_one(const at::Tensor& src, const at::Tensor& cache, const at::Tensor&
     }
     return;
   }
-  const float inv = scale ? 1.f / scale->data_ptr<float>()[0] : 1.f;
+  const float inv = inv_scale_of(scale ? scale->data_ptr<float>() : nullptr);
   if (cache.scalar_type() == at::kFloat8_e4m3fn) {
     quantize_rows<Fp8Kind::E4M3FN>(src, cache, sp, inv);
   } else {

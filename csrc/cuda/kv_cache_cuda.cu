@@ -3,6 +3,7 @@
 #include "cuda/kv_cache_cuda.h"
 
 #include "kernels/numeric/half.h"
+#include "kernels/scales.h"
 
 namespace fp8attn {
 namespace {
@@ -10,7 +11,7 @@ __global__ void write_kv_kernel(const KvWriteArgs a) {
   const int64_t t = blockIdx.x;
   const int64_t slot = a.slots[t];
   if (slot < 0 || slot >= a.num_slots) return;
-  const float inv = a.scale ? 1.f / *a.scale : 1.f;
+  const float inv = inv_scale_of(a.scale);
   const int64_t row = (slot / a.block_size) * a.c_block_stride + (slot % a.block_size) * a.c_row_stride;
   for (int i = threadIdx.x; i < a.heads * a.dim; i += blockDim.x) {
     const int h = i / a.dim, d = i % a.dim;

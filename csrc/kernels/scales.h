@@ -37,7 +37,10 @@ FP8ATTN_HD float p_scale_of(const FwdParams& p) {
   return p.p_scale_ptr ? *p.p_scale_ptr : kDefaultPScaleOf<K>;
 }
 
+// What a value is multiplied by to be divided by a scale (quantized: sat(x / scale)); null: 1.
+FP8ATTN_HD float inv_scale_of(const float* scale) { return scale ? 1.f / *scale : 1.f; }
+
 // What O is multiplied by before its FP8 conversion (1 for a 16-bit output, which ignores it).
-FP8ATTN_HD float inv_out_scale_of(const FwdParams& p) { return p.out_scale ? 1.f / *p.out_scale : 1.f; }
+FP8ATTN_HD float inv_out_scale_of(const FwdParams& p) { return inv_scale_of(p.out_scale); }
 
 }  // namespace fp8attn
