@@ -17,16 +17,13 @@ from __future__ import annotations
 
 import logging
 import weakref
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import torch
 from torch.nn.modules.module import register_module_parameter_registration_hook
 from vllm.model_executor.layers.quantization.kv_cache import KVCacheScaleParameter
 
 import fp8attn
-
-if TYPE_CHECKING:
-    from fp8attn.integrations.vllm.backend import FP8AttnImpl
 
 logger = logging.getLogger("vllm.fp8attn")
 
@@ -37,12 +34,29 @@ FIX = ("Fix the checkpoint: re-export it with calibrated scales (a scale is amax
        "quantizes), or remove the tensor to serve without it (vLLM then uses its default for a q, k or v "
        "scale, FP8ATTN its default P scale).")
 
+
+class CheckedImpl(Protocol):
+    """What these checks read of an attention layer's impl (the backend's FP8AttnImpl, which calls them)."""
+
+    num_heads: int
+    num_kv_heads: int
+    head_size: int
+    scale: float
+    logits_soft_cap: float
+    fp8_dtype: torch.dtype
+    loaded_scales: dict[str, torch.Tensor]  # the raw values vLLM loaded, by scale parameter
+    layer_ref: weakref.ref | None  # the layer, once its scale parameters are registered
+
+    def _q_scale(self, layer: torch.nn.Module) -> torch.Tensor: ...  # the scales forward passes to the op
+    def _prob_scale(self, layer: torch.nn.Module) -> torch.Tensor: ...
+
+
 _watched: weakref.WeakSet = weakref.WeakSet()  # FP8ATTN impls whose layers' scales are recorded
 _hook = None
 _warned: set[str] = set()
 
 
-def watch(impl: FP8AttnImpl) -> None:
+def watch(impl: CheckedImpl) -> None:
     """Record and check the checkpoint scales of ``impl``'s layer as vLLM loads them."""
     global _hook
     _watched.add(impl)
@@ -69,7 +83,7 @@ def _on_register(module: torch.nn.Module, name: str, param: torch.nn.Parameter) 
     param.weight_loader = load_and_check  # an instance attribute shadows the class's loader
 
 
-def refusal(impl: FP8AttnImpl, **scales: torch.Tensor | None) -> str | None:
+def refusal(impl: CheckedImpl, **scales: torch.Tensor | None) -> str | None:
     """Why the op refuses these scales (``q_descale`` ... ``out_scale``) for ``impl``'s layer, or None.
 
     A one-token CPU call of the op with the layer's shape, softmax scale and softcap, and a 16-bit q (so that
@@ -120,13 +134,13 @@ def _message(layer: torch.nn.Module, param: str, value: torch.Tensor, problem: s
             f"{_tensor(layer, param)} = {_value(value)} is refused: {problem}. {FIX}")
 
 
-def _passed(impl: FP8AttnImpl, layer: torch.nn.Module) -> dict[str, torch.Tensor]:
+def _passed(impl: CheckedImpl, layer: torch.nn.Module) -> dict[str, torch.Tensor]:
     """The scales forward passes to the op, by scale parameter."""
     return {"q_scale": impl._q_scale(layer), "k_scale": layer._k_scale, "v_scale": layer._v_scale,
             "prob_scale": impl._prob_scale(layer)}
 
 
-def check_processed(impl: FP8AttnImpl) -> None:
+def check_processed(impl: CheckedImpl) -> None:
     """After vLLM's processing, before serving: the scales forward passes, each alone and all together; and a
     warning naming the layers without a scale that other layers of the checkpoint have."""
     layer = impl.layer_ref() if impl.layer_ref is not None else None
@@ -162,7 +176,7 @@ def _warn_missing(layer: torch.nn.Module) -> None:
             logger.warning("%s", message)
 
 
-def check_output_scale(impl: FP8AttnImpl, layer: torch.nn.Module, output_scale: torch.Tensor) -> None:
+def check_output_scale(impl: CheckedImpl, layer: torch.nn.Module, output_scale: torch.Tensor) -> None:
     """The output scale vLLM's attn+quant fusion passes (the next linear layer's input scale), seen by the
     profiling run before serving."""
     if (problem := refusal(impl, out_scale=output_scale)) is not None:
