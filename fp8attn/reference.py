@@ -33,6 +33,7 @@ import torch
 
 from .ops import resolve_out_dtype
 from .quant import FP8_DTYPES, default_p_scale, fp8_max
+from .testing import sequence_rows
 
 __all__ = ["QuantizedBounds", "ideal_attention", "quantized_attention", "quantized_attention_bounds", "sequences"]
 
@@ -88,10 +89,7 @@ def sequences(q, k, v, *, cu_seqlens_q=None, cu_seqlens_k=None, seqused_k=None, 
             qb = q[b]
         if block_table is not None:
             n = used[b] if used is not None else cu_k[b + 1] - cu_k[b]
-            bs = k.shape[1]
-            blocks = block_table[b, : (n + bs - 1) // bs].cpu().long()
-            kb = k[blocks].reshape(-1, *k.shape[2:])[:n]
-            vb = v[blocks].reshape(-1, *v.shape[2:])[:n]
+            kb, vb = sequence_rows(k, block_table[b], n), sequence_rows(v, block_table[b], n)
         elif cu_k is not None:
             n = used[b] if used is not None else cu_k[b + 1] - cu_k[b]
             kb, vb = k[cu_k[b]: cu_k[b] + n], v[cu_k[b]: cu_k[b] + n]

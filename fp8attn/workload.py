@@ -7,12 +7,12 @@ calibrates them (amax / max_F of q, k, v; P scale 1/max_F; the output scale from
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import torch
 
 from .quant import amax_scale, fp8_max, quantize
+from .testing import paged_kv
 
 # (new query tokens, total keys) per sequence: two prefills, a chunked-prefill continuation, decodes.
 DEFAULT_SEQS = [(384, 384), (200, 200), (128, 900), *[(1, n) for n in (2048, 1500, 1024, 700, 333, 64, 1777, 1200)]]
@@ -64,21 +64,8 @@ def llama_batch(seqs: list[tuple[int, int]] | None = None, *, fp8: torch.dtype =
     q_s, k_s, v_s = amax_scale(q, fp8), amax_scale(k, fp8), amax_scale(v, fp8)
     k8, v8 = quantize(k, k_s, fp8), quantize(v, v_s, fp8)
 
-    need = [math.ceil(n / block_size) for _, n in seqs]
-    num_blocks = sum(need) + 8
-    table = torch.zeros(len(seqs), max(need), dtype=torch.int32)
-    perm = torch.randperm(num_blocks, generator=gen)
-    kc = torch.zeros(num_blocks, block_size, kv_heads, head_dim, dtype=fp8)
-    vc = torch.zeros_like(kc)
-    pos = start = 0
-    for b, (_, n) in enumerate(seqs):
-        for i in range(need[b]):
-            blk = int(perm[pos])
-            pos += 1
-            table[b, i] = blk
-            lo, hi = start + i * block_size, start + min(n, (i + 1) * block_size)
-            kc[blk, : hi - lo], vc[blk, : hi - lo] = k8[lo:hi], v8[lo:hi]
-        start += n
+    lens = [n for _, n in seqs]
+    (kc, vc), table = paged_kv([k8, v8], lens, block_size, spare_blocks=8, generator=gen)
     kwargs = dict(
         cu_seqlens_q=torch.tensor([0, *torch.tensor([s for s, _ in seqs]).cumsum(0).tolist()], dtype=torch.int32),
         seqused_k=torch.tensor([n for _, n in seqs], dtype=torch.int32),

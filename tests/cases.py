@@ -13,8 +13,7 @@ from dataclasses import dataclass, field
 import torch
 
 from fp8attn.quant import amax_scale, fp8_max, quantize
-
-NAN_CODE = {torch.float8_e4m3fn: 0x7F, torch.float8_e4m3fnuz: 0x80}
+from fp8attn.testing import paged_kv
 
 
 @dataclass
@@ -104,25 +103,9 @@ def make_case(
         kw["cu_seqlens_k"] = torch.tensor([0, *torch.tensor(k_lens).cumsum(0).tolist()], dtype=torch.int32)
     if layout == "paged":
         need = [math.ceil(n / block_size) for n in k_lens]
-        max_blocks = max(need + [1]) + 1
-        num_blocks = sum(need) + 3
-        perm = torch.randperm(num_blocks, generator=gen)
-        table = torch.full((B, max_blocks), num_blocks + 5, dtype=torch.int32)  # junk past the used blocks
-        kc = torch.full((num_blocks, block_size, kv_heads, D), NAN_CODE[fp8], dtype=torch.uint8).view(fp8)
-        vc = kc.clone()
-        pos, start = 0, 0
-        for b, n in enumerate(k_lens):
-            for i in range(need[b]):
-                blk = int(perm[pos])
-                pos += 1
-                table[b, i] = blk
-                rows = slice(start + i * block_size, start + min(n, (i + 1) * block_size))
-                cnt = rows.stop - rows.start
-                kc[blk, :cnt] = k8[rows]
-                vc[blk, :cnt] = v8[rows]
-            start += n
-        k8, v8 = kc, vc
-        kw["block_table"] = table
+        (k8, v8), kw["block_table"] = paged_kv([k8, v8], k_lens, block_size, spare_blocks=3, poison=True,
+                                               generator=gen, cols=max(need + [1]) + 1,
+                                               pad=sum(need) + 8)  # junk past the used blocks
         kw["seqused_k"] = torch.tensor(k_lens, dtype=torch.int32)
     if sinks:
         # The logits' spread: each is a sum of D products over sqrt(D) (the default softmax_scale).
@@ -135,20 +118,6 @@ def make_case(
 def to_device(case: Case, device) -> Case:
     mv = lambda x: x.to(device) if isinstance(x, torch.Tensor) else x  # noqa: E731
     return Case(mv(case.q), mv(case.k), mv(case.v), {k: mv(v) for k, v in case.kwargs.items()})
-
-
-def ordered_codes(x: torch.Tensor) -> torch.Tensor:
-    """FP8 codes mapped to integers whose difference counts representable steps (ulps)."""
-    c = x.view(torch.uint8).int()
-    mag = c & 0x7F
-    return torch.where((c & 0x80) != 0, -mag, mag)
-
-
-def fp8_ulp_agreement(a: torch.Tensor, b: torch.Tensor) -> float:
-    """Fraction of FP8 outputs within 1 ulp of each other."""
-    if a.numel() == 0:
-        return 1.0
-    return ((ordered_codes(a) - ordered_codes(b)).abs() <= 1).float().mean().item()
 
 
 def rel_l2(a: torch.Tensor, b: torch.Tensor) -> float:

@@ -15,11 +15,12 @@ import random
 import sys
 
 import torch
-from cases import NAN_CODE, make_case
+from cases import make_case
 from test_forward_cpu import assert_matches_reference
 
 import fp8attn
 from fp8attn.reference import QuantizedBounds, quantized_attention_bounds
+from fp8attn.testing import NAN_CODE
 
 FP8 = {"e4m3fn": torch.float8_e4m3fn, "e4m3fnuz": torch.float8_e4m3fnuz}
 DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int32, torch.int64, torch.uint8,

@@ -7,13 +7,14 @@ import math
 
 import pytest
 import torch
-from cases import NAN_CODE, make_case
+from cases import make_case
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_forward_cpu import assert_matches_reference
 
 import fp8attn
 from fp8attn.reference import quantized_attention_bounds
+from fp8attn.testing import NAN_CODE
 
 ISAS = list(torch.ops.fp8attn.cpu_isas())
 FP8 = [torch.float8_e4m3fn, torch.float8_e4m3fnuz]

@@ -6,7 +6,7 @@ import math
 
 import pytest
 import torch
-from cases import fp8_ulp_agreement, make_case, ordered_codes, rel_l2
+from cases import make_case, rel_l2
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
@@ -14,9 +14,10 @@ import fp8attn
 from fp8attn.ops import op_args
 from fp8attn.quant import fp8_max
 from fp8attn.reference import QuantizedBounds, ideal_attention, quantized_attention, quantized_attention_bounds
+from fp8attn.shapes import HEAD_DIMS
+from fp8attn.testing import ordered_codes, paged_kv, ulp_agreement
 
 FP8 = [torch.float8_e4m3fn, torch.float8_e4m3fnuz]
-HEAD_DIMS = [64, 80, 96, 128, 192, 256]
 
 
 def check_against_reference(case, kv_tile: int) -> None:
@@ -176,7 +177,7 @@ def test_p_and_o_saturate():
     ref, _ = quantized_attention(q, k, v, kv_tile=64, **kw)
     assert not torch.isnan(out.float()).any()
     assert out.float().abs().max() == fp8_max(out.dtype)
-    assert fp8_ulp_agreement(out, ref) >= 0.999
+    assert ulp_agreement(out, ref) >= 0.999
 
 
 @pytest.mark.parametrize("head_dim", HEAD_DIMS)
@@ -184,17 +185,7 @@ def test_paged_equals_dense(head_dim):
     lens = [45, 45, 45]
     dense = make_case(q_lens=lens, k_lens=[90] * 3, head_dim=head_dim, causal=True, seed=13)
     (q, k, v), kw = dense.call_args()
-    bs = 16
-    nblk = math.ceil(90 / bs)
-    perm = torch.randperm(3 * nblk + 2)
-    kc = torch.randn(3 * nblk + 2, bs, *k.shape[2:]).to(k.dtype)
-    vc = kc.clone()
-    table = perm[: 3 * nblk].view(3, nblk).int()
-    for b in range(3):
-        for i in range(nblk):
-            n = min(bs, 90 - i * bs)
-            kc[table[b, i], :n] = k[b, i * bs: i * bs + n]
-            vc[table[b, i], :n] = v[b, i * bs: i * bs + n]
+    (kc, vc), table = paged_kv([k.flatten(0, 1), v.flatten(0, 1)], [90] * 3, 16, spare_blocks=2, poison=True)
     paged = fp8attn.forward(q, kc, vc, block_table=table, seqused_k=torch.full((3,), 90, dtype=torch.int32), **kw)
     assert torch.equal(paged.view(torch.uint8), fp8attn.forward(q, k, v, **kw).view(torch.uint8))
 

@@ -9,10 +9,11 @@ import math
 
 import pytest
 import torch
-from cases import NAN_CODE, make_case, ordered_codes
+from cases import make_case
 
 import fp8attn
 from fp8attn.reference import ideal_attention, quantized_attention
+from fp8attn.testing import NAN_CODE, fp8_ulps
 
 FP8 = [torch.float8_e4m3fn, torch.float8_e4m3fnuz]
 
@@ -30,7 +31,7 @@ def nan_of(x: torch.Tensor) -> torch.Tensor:
 def assert_same_finite(a: torch.Tensor, b: torch.Tensor, where: torch.Tensor) -> None:
     """a == b (FP8: within 1 code; 16-bit / lse: close) on the elements `where`."""
     if a.dtype in FP8:
-        assert ((ordered_codes(a) - ordered_codes(b)).abs()[where] <= 1).all()
+        assert (fp8_ulps(a, b)[where] <= 1).all()
     else:
         torch.testing.assert_close(a.float()[where], b.float()[where], rtol=2e-2, atol=1e-2)
 

@@ -8,11 +8,12 @@ from __future__ import annotations
 import math
 
 import torch
-from cases import NAN_CODE, make_case
+from cases import make_case
 from test_forward_cpu import assert_matches_reference
 
 import fp8attn
 from fp8attn.reference import quantized_attention_bounds
+from fp8attn.testing import NAN_CODE
 
 PAD_ROWS = 5
 

@@ -56,6 +56,7 @@ from fp8attn.integrations.vllm.backend import (  # noqa: E402
     FP8AttnMetadataBuilder,
 )
 from fp8attn.quant import default_p_scale, fp8_max, quantize  # noqa: E402
+from fp8attn.testing import block_table  # noqa: E402
 from fp8attn_vllm import BACKEND_CLASS_PATH, CPU_OPT_IN, register  # noqa: E402
 
 FN, FNUZ = torch.float8_e4m3fn, torch.float8_e4m3fnuz  # vLLM's CPU (and CUDA) FP8 type; MI300's
@@ -369,12 +370,8 @@ class Batch:
         # needed, padded with the null block as vLLM does
         need = [math.ceil(n / s.block) for n in self.seq]
         self.num_blocks = sum(need) + 5
-        perm = (torch.randperm(self.num_blocks - 1, generator=g) + 1).tolist()
-        self.block_table = torch.zeros(len(REQUESTS), max(need) + 2, dtype=torch.int32)
-        i = 0
-        for r, n in enumerate(need):
-            self.block_table[r, :n] = torch.tensor(perm[i:i + n], dtype=torch.int32)
-            i += n
+        self.block_table = block_table(self.seq, s.block, num_blocks=self.num_blocks, first_block=1,
+                                       cols=max(need) + 2, generator=g)
         self.cu_q = torch.tensor([0] + self.qlen, dtype=torch.int32).cumsum(0).to(torch.int32)
         self.cu_k = torch.tensor([0] + self.seq, dtype=torch.int32).cumsum(0).to(torch.int32)
         # scales as vLLM holds them: 0-dim float32 buffers on the layer (per head: [Hkv], q's as well)

@@ -28,6 +28,7 @@ import torch
 
 import fp8attn
 
+from ..testing import sequence_rows
 from ..workload import Workload, llama_batch
 from .common import FN, OUT_SCALE, P_SCALE, fmt, ideal, progress, rel_err
 
@@ -131,10 +132,9 @@ def vllm_cpu_attn(w: Workload):
     slots, keys, values = [], [], []
     for b, (_, n) in enumerate(w.seqs):
         i = torch.arange(n)
-        blk, off = kw["block_table"][b, i // bs].long(), i % bs
-        slots.append(blk * bs + off)
-        keys.append(w.key_cache[blk, off].float() * kw["k_descale"])
-        values.append(w.value_cache[blk, off].float() * kw["v_descale"])
+        slots.append(kw["block_table"][b, i // bs].long() * bs + i % bs)
+        keys.append(sequence_rows(w.key_cache, kw["block_table"][b], n).float() * kw["k_descale"])
+        values.append(sequence_rows(w.value_cache, kw["block_table"][b], n).float() * kw["v_descale"])
     ks, vs = float(kw["k_descale"]), float(kw["v_descale"])
     ops.cpu_attn_reshape_and_cache(torch.cat(keys).to(torch.bfloat16), torch.cat(values).to(torch.bfloat16), kc, vc,
                                    torch.cat(slots), isa, k_scale=ks, v_scale=vs, kv_cache_dtype="fp8")
@@ -155,10 +155,8 @@ def workload_ref(w: Workload) -> tuple[torch.Tensor, slice]:
     first two q heads, and that sequence's rows of the output."""
     kw = w.kwargs
     n_q, n_k = w.seqs[0]
-    bs = w.key_cache.shape[1]
-    blocks = kw["block_table"][0, : (n_k + bs - 1) // bs].long()
-    k = w.key_cache[blocks].reshape(-1, *w.key_cache.shape[2:])[:n_k].float() * kw["k_descale"]
-    v = w.value_cache[blocks].reshape(-1, *w.value_cache.shape[2:])[:n_k].float() * kw["v_descale"]
+    k = sequence_rows(w.key_cache, kw["block_table"][0], n_k).float() * kw["k_descale"]
+    v = sequence_rows(w.value_cache, kw["block_table"][0], n_k).float() * kw["v_descale"]
     return ideal(w.q[:n_q].float()[None], k[None], v[None], True, 1 / math.sqrt(w.q.shape[-1])), slice(0, n_q)
 
 

@@ -30,6 +30,7 @@ import torch
 
 import fp8attn
 
+from ..testing import block_table, paged_kv, sequence_rows
 from . import fa3
 from .common import FN, OUT_SCALE, P_SCALE, fmt, ideal, progress, rel_err
 
@@ -187,25 +188,6 @@ def bench_prefill(shape, args, peers):
     return row
 
 
-def paged_cache(xs: list[torch.Tensor], lens: list[int], page: int, gen: torch.Generator):
-    """Tensors [T, Hkv, D] packed by sequence -> their paged caches [blocks, page, Hkv, D] (blocks in
-    shuffled order, one block table for all of them) and that table [B, max blocks]."""
-    per = [(n + page - 1) // page for n in lens]
-    order = torch.randperm(sum(per), device=xs[0].device, generator=gen)
-    table = torch.zeros(len(lens), max(per), dtype=torch.int32, device=xs[0].device)
-    caches = [torch.zeros(sum(per), page, *x.shape[1:], device=x.device, dtype=x.dtype) for x in xs]
-    start = blk = 0
-    for b, (n, nb) in enumerate(zip(lens, per, strict=True)):
-        ids = order[blk: blk + nb]
-        table[b, :nb] = ids.to(torch.int32)
-        for x, cache in zip(xs, caches, strict=True):
-            padded = torch.zeros(nb * page, *x.shape[1:], device=x.device, dtype=x.dtype)
-            padded[:n] = x[start: start + n]
-            cache[ids] = padded.view(nb, page, *x.shape[1:])
-        start, blk = start + n, blk + nb
-    return caches, table
-
-
 def bench_varlen(cfg, args, peers):
     H, Hkv, D, lens, page = cfg
     gen = torch.Generator(device="cuda").manual_seed(1)
@@ -219,7 +201,7 @@ def bench_varlen(cfg, args, peers):
     out = torch.empty(T, H, D, device="cuda", dtype=FN)
     kv = dict(k=k8, v=v8, cu_seqlens_k=cu)
     if page:
-        (kc, vc), bt = paged_cache([k8, v8], lens, page, gen)
+        (kc, vc), bt = paged_kv([k8, v8], lens, page, generator=gen)
         kv = dict(k=kc, v=vc, seqused_k=torch.tensor(lens, dtype=torch.int32, device="cuda"), block_table=bt)
     call = dict(cu_seqlens_q=cu, max_seqlen_q=max(lens), max_seqlen_k=max(lens), causal=True, p_scale=ps,
                 out_scale=osc, out=out, kv_tile=args.kv_tile, **{n: t for n, t in kv.items() if n not in ("k", "v")})
@@ -241,7 +223,7 @@ def paged_decode_case(B, ctx, H, Hkv, D, qlen, page=16):
     nb = B * ctx // page
     kc = torch.randn(nb, page, Hkv, D, device="cuda", generator=gen).to(FN)
     vc = torch.randn(nb, page, Hkv, D, device="cuda", generator=gen).to(FN)
-    bt = torch.randperm(nb, device="cuda", generator=gen).to(torch.int32).view(B, ctx // page)
+    bt = block_table([ctx] * B, page, num_blocks=nb, generator=gen)
     seqused = torch.full((B,), ctx, dtype=torch.int32, device="cuda")
     q8 = torch.randn(B * qlen, H, D, device="cuda", generator=gen).to(FN)
     cu_q = torch.arange(0, B * qlen + 1, qlen, dtype=torch.int32, device="cuda")
@@ -262,8 +244,7 @@ def bench_decode(cfg, args, peers):
     row = dict(kind="decode", B=B, H=H, Hkv=Hkv, Sq=qlen, Sk=ctx, D=D, causal=True, fp8attn=kv_bytes / t / 1e6,
                fp8attn_ms=t, fp8attn_eager=kv_bytes / t_eager / 1e6, timing="cuda-graph",
                kernel=fp8attn.kernel_name(q8, kc, vc, **call))
-    k0 = kc[bt[0].long()].reshape(1, ctx, Hkv, D).float()
-    v0 = vc[bt[0].long()].reshape(1, ctx, Hkv, D).float()
+    k0, v0 = (sequence_rows(c, bt[0], ctx)[None].float() for c in (kc, vc))
     ref = ideal(q8[:qlen].float()[None], k0, v0, True, 1 / math.sqrt(D))
     row["fp8attn_err"] = rel_err(out[:qlen, :2].float() * OUT_SCALE, ref)
     # peers: SDPA bf16 on dense [B, H, S, D] K/V (2 bytes per element)

@@ -9,6 +9,7 @@ import torch
 import fp8attn
 from fp8attn.ops import KernelInfo, op_args
 from fp8attn.shapes import DEFAULT_KV_TILE, HEAD_DIMS
+from fp8attn.testing import NAN_CODE, paged_kv, ulp_agreement
 
 GPU_KV_TILE = DEFAULT_KV_TILE  # every GPU pipeline has it (csrc/kernels/generate.py)
 DEV = "cuda"
@@ -77,16 +78,10 @@ def make_case(*, layout="dense", B=2, Sq=37, Sk=203, H=4, Hkv=2, D=128, q_dtype=
     # paged: shuffled blocks, unused slots poisoned with NaN codes
     assert layout == "paged"
     nb_per = (Sk + page - 1) // page
-    total = num_blocks or B * nb_per + 3
-    perm = torch.randperm(total, generator=g)[:B * nb_per].to(torch.int32).view(B, nb_per)
-    nan = 0x7F if fp8 == torch.float8_e4m3fn else 0x80
-    kc = torch.full((total, page, Hkv, D), nan, dtype=torch.uint8).view(fp8)
-    vc = kc.clone()
-    for b in range(B):
-        for j in range(int(lk[b])):
-            kc[perm[b, j // page], j % page] = k[b, j]
-            vc[perm[b, j // page], j % page] = v[b, j]
-    kw.update(block_table=perm, seqused_k=lk.to(torch.int32), max_seqlen_k=int(lk.max()))
+    lens = lk.tolist()
+    (kc, vc), table = paged_kv([torch.cat([x[b, :n] for b, n in enumerate(lens)]) for x in (k, v)], lens, page,
+                               num_blocks=num_blocks or B * nb_per + 3, poison=True, generator=g, cols=nb_per)
+    kw.update(block_table=table, seqused_k=lk.to(torch.int32), max_seqlen_k=int(lk.max()))
     return (qv, kc, vc), kw
 
 
@@ -118,7 +113,7 @@ def call(q, k, v, *, device, kv_tile=GPU_KV_TILE, out=None, poison=True, **kw):
             if out_dtype in (torch.bfloat16, torch.float16):
                 out.fill_(float("nan"))
             else:
-                out.view(torch.uint8).fill_(0x7F if k.dtype == torch.float8_e4m3fn else 0x80)
+                out.view(torch.uint8).fill_(NAN_CODE[k.dtype])
     lse = torch.ops.fp8attn.forward(**_op_args(q, k, v, out, device, kv_tile, kw))
     return out, lse
 
@@ -143,37 +138,11 @@ def is_wgmma(kernel: KernelInfo) -> bool:
     return kernel.pipeline in ("wgmma", "decodewg")
 
 
-def fp8_ulps(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """Distance in FP8 codes between two FP8 tensors of the same type (sign-magnitude order)."""
-    def ordinal(x):
-        c = x.view(torch.uint8).to(torch.int32)
-        mag = c & 0x7F
-        return torch.where((c & 0x80) != 0, -mag, mag)
-    return (ordinal(a) - ordinal(b)).abs()
-
-
-def ulps_as_fp8(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """|a - b| in units of one e4m3 ulp at the larger magnitude (16-bit outputs)."""
-    a, b = a.double(), b.double()
-    mag = torch.maximum(a.abs(), b.abs()).clamp_min(2.0 ** -9)
-    ulp = torch.exp2(torch.floor(torch.log2(mag)) - 3)
-    return (a - b).abs() / ulp
-
-
 def agreement(gpu_out, cpu_out):
     """Fraction of elements within 1 FP8 ulp (and whether any NaN appeared where the CPU has none)."""
     g, c = gpu_out.cpu(), cpu_out.cpu()
-    if g.dtype in (torch.float8_e4m3fn, torch.float8_e4m3fnuz):
-        nan = 0x7F if g.dtype == torch.float8_e4m3fn else 0x80
-        gn = (g.view(torch.uint8) & (0x7F if nan == 0x7F else 0xFF)) == nan
-        cn = (c.view(torch.uint8) & (0x7F if nan == 0x7F else 0xFF)) == nan
-        d = fp8_ulps(g, c)
-    else:
-        gn, cn = g.isnan(), c.isnan()
-        d = ulps_as_fp8(g.float(), c.float())
-    bad_nan = bool((gn & ~cn).any())
-    frac = float((d <= 1).double().mean()) if d.numel() else 1.0
-    return frac, bad_nan
+    gn, cn = g.float().isnan(), c.float().isnan()
+    return ulp_agreement(g, c), bool((gn & ~cn).any())
 
 
 def lse_close(gpu_lse, cpu_lse, tol=2e-3):

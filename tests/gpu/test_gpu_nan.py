@@ -9,8 +9,9 @@ import pytest
 import torch
 from gpu_helpers import DEV, built_fp8_kind, built_head_dims, call, kernel_of, make_case
 
+from fp8attn.testing import NAN_CODE
+
 FN, FNUZ = torch.float8_e4m3fn, torch.float8_e4m3fnuz
-NAN_CODE = {FN: 0x7F, FNUZ: 0x80}
 
 
 def _dims():
