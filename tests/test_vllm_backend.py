@@ -8,6 +8,7 @@ end are in tests/engine.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
@@ -97,6 +98,20 @@ def _registered():
     register()  # the CUSTOM slot, as vLLM's plugin loader does in every process
 
 
+@contextlib.contextmanager
+def fp8attn_log():
+    """The records the backend logs (its "vllm.fp8attn" logger) inside the block."""
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler()
+    handler.emit = records.append
+    log = logging.getLogger("vllm.fp8attn")
+    log.addHandler(handler)
+    try:
+        yield records
+    finally:
+        log.removeHandler(handler)
+
+
 # ---------------------------------------------------------------------------------------------- config
 
 
@@ -114,18 +129,13 @@ def test_custom_slot_resolves_to_backend():
 def test_register_leaves_a_foreign_custom_slot():
     from vllm.v1.attention.backends.registry import register_backend
 
-    records: list[logging.LogRecord] = []
-    handler = logging.Handler()
-    handler.emit = records.append
-    log = logging.getLogger("vllm.fp8attn")
-    log.addHandler(handler)
-    try:
-        register_backend(CUSTOM, "other.package.Backend")
-        register()
-        assert CUSTOM.get_path() == "other.package.Backend"
-    finally:
-        log.removeHandler(handler)
-        register_backend(CUSTOM, BACKEND_CLASS_PATH)
+    with fp8attn_log() as records:
+        try:
+            register_backend(CUSTOM, "other.package.Backend")
+            register()
+            assert CUSTOM.get_path() == "other.package.Backend"
+        finally:
+            register_backend(CUSTOM, BACKEND_CLASS_PATH)
     assert any("already registered to other.package.Backend" in r.getMessage() for r in records), records
 
 
@@ -280,15 +290,8 @@ def test_cpu_platform_refuses_what_fp8attn_cannot_run(monkeypatch):
 def test_cpu_platform_keeps_its_choice_for_other_selections(monkeypatch):
     cpu_attn = AttentionBackendEnum.CPU_ATTN.get_path()
     assert cpu_select(None, monkeypatch, opt_in=False) == cpu_attn
-    records: list[logging.LogRecord] = []
-    handler = logging.Handler()
-    handler.emit = records.append
-    log = logging.getLogger("vllm.fp8attn")
-    log.addHandler(handler)
-    try:
+    with fp8attn_log() as records:
         assert cpu_select(None, monkeypatch, opt_in=True) == cpu_attn
-    finally:
-        log.removeHandler(handler)
     assert any(f"{CPU_OPT_IN}=1 has no effect" in r.getMessage() for r in records), records
 
 
@@ -953,12 +956,7 @@ def test_scales_refused_together_after_processing(vllm_config):
 def test_good_scales_pass_and_a_missing_prob_scale_is_named(vllm_config):
     """Calibrated scales load and process silently; a layer without the prob scale its sibling has is named in
     one warning with the scale used instead (FP8ATTN's default)."""
-    records: list[logging.LogRecord] = []
-    handler = logging.Handler()
-    handler.emit = records.append
-    log = logging.getLogger("vllm.fp8attn")
-    log.addHandler(handler)
-    try:
+    with fp8attn_log() as records:
         layers = [quark_attention(vllm_config, i) for i in (20, 21)]
         layers[1].quant_config = layers[0].quant_config  # one model: one quant config
         load_scales(layers[0], **GOOD)
@@ -967,8 +965,6 @@ def test_good_scales_pass_and_a_missing_prob_scale_is_named(vllm_config):
             attn.quant_method.process_weights_after_loading(attn)
         for attn in layers:
             attn.process_weights_after_loading(torch.bfloat16)
-    finally:
-        log.removeHandler(handler)
     (warning,) = [r.getMessage() for r in records]
     assert "no prob_scale for 1 attention layer(s)" in warning
     assert "model.layers.21.self_attn.prob_output_scale (vLLM's model.layers.21.self_attn.attn.prob_scale)" in warning

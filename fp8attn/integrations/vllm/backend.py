@@ -397,27 +397,14 @@ class FP8AttnImpl(AttentionImpl[FP8AttnMetadata]):
             window_right = window_left  # a non-causal window looks both ways (as vLLM's FlashAttention does)
         key_cache, value_cache = self._kv_caches(kv_cache)
         fp8attn.forward(
-            query[:n],
-            key_cache,
-            value_cache,
-            out=output[:n],
-            out_dtype=None if output_scale is not None else output.dtype,
-            cu_seqlens_q=attn_metadata.query_start_loc,
-            seqused_k=attn_metadata.seq_lens,
-            max_seqlen_q=attn_metadata.max_query_len,
-            max_seqlen_k=attn_metadata.max_seq_len,
-            block_table=attn_metadata.block_table,
-            softmax_scale=self.scale,
-            causal=causal,
-            window_size=(window_left, window_right),
-            softcap=self.logits_soft_cap,
-            sinks=self._op_sinks(),
-            q_descale=self._q_scale(layer),
-            k_descale=layer._k_scale,
-            v_descale=layer._v_scale,
-            p_scale=self._prob_scale(layer),
-            out_scale=output_scale,
-        )
+            query[:n], key_cache, value_cache, out=output[:n],
+            out_dtype=None if output_scale is not None else output.dtype,  # (FP8 with output_scale)
+            cu_seqlens_q=attn_metadata.query_start_loc, seqused_k=attn_metadata.seq_lens,
+            max_seqlen_q=attn_metadata.max_query_len, max_seqlen_k=attn_metadata.max_seq_len,
+            block_table=attn_metadata.block_table, softmax_scale=self.scale, causal=causal,
+            window_size=(window_left, window_right), softcap=self.logits_soft_cap, sinks=self._op_sinks(),
+            q_descale=self._q_scale(layer), k_descale=layer._k_scale, v_descale=layer._v_scale,
+            p_scale=self._prob_scale(layer), out_scale=output_scale)
         return output
 
 
