@@ -31,14 +31,24 @@ def default_p_scale(dtype: torch.dtype) -> float:
     return DEFAULT_P_SCALE[str(dtype).removeprefix("torch.float8_")]
 
 
+def p_scale_value(p_scale: torch.Tensor | None, dtype: torch.dtype) -> float:
+    """A call's P scale: ``p_scale``'s one value, or the default of the FP8 type ``dtype`` when None."""
+    return default_p_scale(dtype) if p_scale is None else float(p_scale.reshape(-1)[0])
+
+
+def reciprocal(scale: torch.Tensor | float, device: torch.device | str | None = None) -> torch.Tensor:
+    """``1 / scale`` rounded to float32 once: what every implementation multiplies by to divide by a scale
+    (kernels/scales.h)."""
+    return 1.0 / torch.as_tensor(scale, dtype=torch.float32, device=device)
+
+
 def quantize(x: torch.Tensor, scale: torch.Tensor | float, dtype: torch.dtype) -> torch.Tensor:
     """sat(x / scale) in ``dtype``: clamp to ±max, round to nearest even (NaN stays NaN).
 
-    Computed as ``x · (1/scale)`` with the reciprocal rounded to float32 once, exactly as the kernels do,
-    so the result is bit-identical to in-kernel quantization."""
+    Computed as ``x · reciprocal(scale)``, exactly as the kernels do, so the result is bit-identical to
+    in-kernel quantization."""
     m = fp8_max(dtype)
-    inv = 1.0 / torch.as_tensor(scale, dtype=torch.float32, device=x.device)
-    return (x.float() * inv).clamp(-m, m).to(dtype)
+    return (x.float() * reciprocal(scale, x.device)).clamp(-m, m).to(dtype)
 
 
 def dequantize(x8: torch.Tensor, scale: torch.Tensor | float = 1.0) -> torch.Tensor:

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import torch
 
 from .ops import resolve_out_dtype
-from .quant import FP8_DTYPES, default_p_scale, fp8_max
+from .quant import FP8_DTYPES, fp8_max, p_scale_value, quantize, reciprocal
 from .testing import sequence_rows
 
 __all__ = ["QuantizedBounds", "ideal_attention", "quantized_attention", "quantized_attention_bounds", "sequences"]
@@ -72,10 +72,7 @@ def sequences(q, k, v, *, cu_seqlens_q=None, cu_seqlens_k=None, seqused_k=None, 
     q, k, v = q.detach().cpu(), k.detach().cpu(), v.detach().cpu()
     H = q.shape[-2]
     if q.dtype not in FP8_DTYPES:
-        qs = _scale(q_descale, H).float()
-        inv = (1.0 / qs).view(H, 1)
-        m = fp8_max(fp8)
-        q = (q.float() * inv).clamp(-m, m).to(fp8)
+        q = quantize(q, _scale(q_descale, H).float().view(H, 1), fp8)
     cu_q = cu_seqlens_q.cpu().tolist() if cu_seqlens_q is not None else None
     cu_k = cu_seqlens_k.cpu().tolist() if cu_seqlens_k is not None else None
     used = seqused_k.cpu().tolist() if seqused_k is not None else None
@@ -240,8 +237,8 @@ def _quantized(q, k, v, *, kv_tile, l_mode, sink_in_max, tie_tol, softmax_scale=
         raise ValueError(f"l_mode must be 'quantized' or 'exact', got {l_mode!r}")
     fp8 = k.dtype
     dtype = resolve_out_dtype(q, k, out_scale, out_dtype)
-    ps = float(p_scale.reshape(-1)[0]) if p_scale is not None else default_p_scale(fp8)
-    inv_ps = float(torch.tensor(1.0 / ps, dtype=torch.float32))  # the kernels multiply by the fp32 reciprocal
+    ps = p_scale_value(p_scale, fp8)
+    inv_ps = float(reciprocal(ps))
     pmax = fp8_max(fp8)
     bounds = tie_tol is not None
     sink = _sinks(sinks)

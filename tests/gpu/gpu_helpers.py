@@ -94,8 +94,10 @@ def _op_args(q, k, v, out, device, kv_tile, kw):
                    out_dtype=out.dtype if kw.get("out_scale") is None else None, **kw)
 
 
-def _out_dtype(k, kw):
-    return k.dtype if kw.get("out_scale") is not None else (kw.get("out_dtype") or torch.bfloat16)
+def _out_dtype(q, k, kw):
+    """The output dtype of a make_case call (its out_dtype stands for k's FP8 type when out_scale is given)."""
+    fp8_out = kw.get("out_scale") is not None
+    return fp8attn.resolve_out_dtype(q, k, kw.get("out_scale"), None if fp8_out else kw.get("out_dtype"))
 
 
 def case_on_device(args, kw):
@@ -106,7 +108,7 @@ def case_on_device(args, kw):
 
 def call(q, k, v, *, device, kv_tile=GPU_KV_TILE, out=None, poison=True, **kw):
     """torch.ops.fp8attn.forward on `device` with every tensor moved there; returns (out, lse)."""
-    out_dtype = _out_dtype(k, kw)
+    out_dtype = _out_dtype(q, k, kw)
     if out is None:
         out = torch.empty(q.shape, dtype=out_dtype, device=device)
         if poison:
@@ -120,7 +122,7 @@ def call(q, k, v, *, device, kv_tile=GPU_KV_TILE, out=None, poison=True, **kw):
 
 def kernel_of(q, k, v, *, device, kv_tile=GPU_KV_TILE, **kw) -> KernelInfo:
     """The kernel `call` runs for these arguments: its name, pipeline and KV tile (torch.ops.fp8attn.forward_kernel)."""
-    out = torch.empty(q.shape, dtype=_out_dtype(k, kw), device=device)
+    out = torch.empty(q.shape, dtype=_out_dtype(q, k, kw), device=device)
     return KernelInfo(*torch.ops.fp8attn.forward_kernel(**_op_args(q, k, v, out, device, kv_tile, kw)))
 
 
