@@ -103,8 +103,8 @@ typename O::F tanh(typename O::F y) {
 template <class O, Fp8Kind K>
 typename O::F fp8_round(typename O::F y) {
   using F = typename O::F;
-  constexpr int bias = K == Fp8Kind::E4M3FN ? 7 : 8;
-  constexpr float kMax = K == Fp8Kind::E4M3FN ? 448.f : 240.f;
+  constexpr int bias = Fp8Traits<K>::kBias;
+  constexpr float kMax = Fp8Traits<K>::kMax;
   constexpr float quantum = pow2(-2 - bias), min_normal = pow2(1 - bias);
   y = O::min(O::set1(kMax), y);
   auto b = O::bits(y);
@@ -124,8 +124,8 @@ typename O::F fp8_round_signed(typename O::F y) {
 // The FP8 code of sat(x) in each lane's low byte: fp8_encode<K> on the bits.
 template <class O, Fp8Kind K>
 typename O::I fp8_code(typename O::F x) {
-  constexpr uint32_t bias = K == Fp8Kind::E4M3FN ? 7 : 8;
-  constexpr float kMax = K == Fp8Kind::E4M3FN ? 448.f : 240.f;
+  constexpr uint32_t bias = Fp8Traits<K>::kBias;
+  constexpr float kMax = Fp8Traits<K>::kMax;
   const auto sign = O::andi(O::srli(O::bits(x), 24), O::set1i(0x80u));
   auto a = O::abs(x);
   const auto nan = O::isnan(a);
@@ -167,7 +167,7 @@ typename O::I fp16_bits(typename O::F x) {
 // The value of each FP8 code (c in the low byte of each lane): fp8_decode<K>, on the bits.
 template <class O, Fp8Kind K>
 typename O::F fp8_value(typename O::I c) {
-  constexpr uint32_t bias = K == Fp8Kind::E4M3FN ? 7 : 8;
+  constexpr uint32_t bias = Fp8Traits<K>::kBias;
   const auto mag = O::andi(c, O::set1i(0x7fu));
   const auto normal = O::from_bits(O::addi(O::slli(mag, 20), O::set1i((127u - bias) << 23)));
   const auto sub = O::mul(O::cvti(mag), O::set1(pow2(-2 - static_cast<int>(bias))));

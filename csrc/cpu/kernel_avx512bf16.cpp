@@ -17,7 +17,7 @@ struct Bf16Lut {
   alignas(64) uint8_t lo[128];
   alignas(64) uint8_t hi[128];
   constexpr Bf16Lut() : lo{}, hi{} {
-    const int bias = K == Fp8Kind::E4M3FN ? 7 : 8;
+    const int bias = Fp8Traits<K>::kBias;
     for (int c = 0; c < 128; ++c) {
       const int e = c >> 3, m = c & 7;
       int b = 0;
