@@ -1,8 +1,28 @@
 #include "fwd_args.h"
 
+#include <array>
 #include <utility>
 
 namespace fp8attn {
+namespace {
+
+// The tensor arguments that may be absent (Tensor?), by name, in the schema's order (A: FwdArgs, const or not).
+template <class A>
+auto optional_tensors(A& a) {
+  using Field = decltype(&a.sinks);
+  return std::array<std::pair<const char*, Field>, 10>{{{"cu_seqlens_q", &a.cu_seqlens_q},
+                                                        {"cu_seqlens_k", &a.cu_seqlens_k},
+                                                        {"seqused_k", &a.seqused_k},
+                                                        {"block_table", &a.block_table},
+                                                        {"q_descale", &a.q_descale},
+                                                        {"k_descale", &a.k_descale},
+                                                        {"v_descale", &a.v_descale},
+                                                        {"p_scale", &a.p_scale},
+                                                        {"out_scale", &a.out_scale},
+                                                        {"sinks", &a.sinks}}};
+}
+
+}  // namespace
 
 FwdArgs forward_args(const c10::FunctionSchema& schema, const torch::jit::Stack& stack) {
   const size_t n = schema.arguments().size();
@@ -19,37 +39,23 @@ FwdArgs forward_args(const c10::FunctionSchema& schema, const torch::jit::Stack&
   a.k = arg("k").toTensor();
   a.v = arg("v").toTensor();
   a.out = arg("out").toTensor();
-  a.cu_seqlens_q = arg("cu_seqlens_q").toOptional<at::Tensor>();
-  a.cu_seqlens_k = arg("cu_seqlens_k").toOptional<at::Tensor>();
-  a.seqused_k = arg("seqused_k").toOptional<at::Tensor>();
+  for (const auto& [name, t] : optional_tensors(a)) *t = arg(name).toOptional<at::Tensor>();
   a.max_seqlen_q = arg("max_seqlen_q").toInt();
   a.max_seqlen_k = arg("max_seqlen_k").toInt();
-  a.block_table = arg("block_table").toOptional<at::Tensor>();
   a.softmax_scale = arg("softmax_scale").toDouble();
   a.causal = arg("causal").toBool();
   a.window_left = arg("window_left").toInt();
   a.window_right = arg("window_right").toInt();
   a.softcap = arg("softcap").toDouble();
-  a.q_descale = arg("q_descale").toOptional<at::Tensor>();
-  a.k_descale = arg("k_descale").toOptional<at::Tensor>();
-  a.v_descale = arg("v_descale").toOptional<at::Tensor>();
-  a.p_scale = arg("p_scale").toOptional<at::Tensor>();
-  a.out_scale = arg("out_scale").toOptional<at::Tensor>();
   a.return_softmax_lse = arg("return_softmax_lse").toBool();
   a.kv_tile = arg("kv_tile").toInt();
-  a.sinks = arg("sinks").toOptional<at::Tensor>();
   TORCH_INTERNAL_ASSERT(read == n, schema.name(), " has ", n, " arguments, FwdArgs reads ", read);
   return a;
 }
 
 std::vector<NamedTensor> named_tensors(const FwdArgs& a) {
   std::vector<NamedTensor> t = {{"q", &a.q}, {"k", &a.k}, {"v", &a.v}, {"out", &a.out}};
-  const std::pair<const char*, const std::optional<at::Tensor>*> opt[] = {
-      {"cu_seqlens_q", &a.cu_seqlens_q}, {"cu_seqlens_k", &a.cu_seqlens_k}, {"seqused_k", &a.seqused_k},
-      {"block_table", &a.block_table},   {"q_descale", &a.q_descale},       {"k_descale", &a.k_descale},
-      {"v_descale", &a.v_descale},       {"p_scale", &a.p_scale},           {"out_scale", &a.out_scale},
-      {"sinks", &a.sinks}};
-  for (const auto& [name, o] : opt)
+  for (const auto& [name, o] : optional_tensors(a))
     if (o->has_value()) t.emplace_back(name, &o->value());
   return t;
 }
