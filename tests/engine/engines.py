@@ -104,6 +104,10 @@ class Reference:
         """log p(· | ids): [vocab]."""
         return self.all_logprobs(ids)[-1]
 
+    def token_logprobs(self, ids: list[int]):
+        """log p(ids[i] | ids[:i]) for i >= 1, as vLLM's prompt logprobs: [len(ids) - 1]."""
+        return self.all_logprobs(ids)[:-1].gather(1, self.torch.tensor(ids[1:])[:, None])[:, 0]
+
     def all_logprobs(self, ids: list[int]):
         """log p(· | ids[:i + 1]) for every i: [len(ids), vocab]."""
         with self.torch.no_grad():
