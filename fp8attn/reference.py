@@ -1,7 +1,7 @@
 """Pure-PyTorch fp64 references.
 
 - ``ideal_attention``: exact attention on the dequantized FP8 inputs (no quantization of P or O).
-- ``quantized_attention``: the normative math of design.md §1 with every quantization point, tiled
+- ``quantized_attention``: the normative math of docs/design.md §1 with every quantization point, tiled
   over KV like the kernels (tiles aligned at multiples of ``kv_tile`` from key 0, ascending), so the
   CPU and GPU implementations can be compared with it exactly.
 
@@ -154,7 +154,7 @@ def quantized_attention(q, k, v, *, kv_tile: int | None = None, l_mode: str = "q
                         causal=False, window_size=(-1, -1), softcap=0.0, q_descale=None, k_descale=None,
                         v_descale=None, p_scale=None, out_scale=None, out_dtype=None,
                         **kw) -> tuple[torch.Tensor, torch.Tensor]:
-    """design.md §1 in fp64 with every quantization point, tiled like the kernels.
+    """docs/design.md §1 in fp64 with every quantization point, tiled like the kernels.
 
     Args:
       kv_tile: KV tile length of the online softmax (None: one tile spanning all keys).

@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 import os
 
-__all__ = ["BACKEND_CLASS_PATH", "BACKEND_NAME", "CPU_OPT_IN", "register"]
+__all__ = ["BACKEND_CLASS_PATH", "BACKEND_NAME", "CPU_OPT_IN", "cpu_configuration_problems", "register"]
 
 #: the name fp8attn's log lines and error messages use for the backend
 BACKEND_NAME = "FP8ATTN"
@@ -77,6 +77,17 @@ def _route_cpu_selection() -> None:
     platform_cls.get_attn_backend_cls = classmethod(get_attn_backend_cls)
 
 
+# validate_configuration's reason for a device capability the backend refuses (vLLM 0.32 and 0.33)
+_CAPABILITY_REASON = "compute capability not supported"
+
+
+def cpu_configuration_problems(backend_cls: type, attn_selector_config) -> list[str]:
+    """``backend_cls.validate_configuration``'s reasons for a layer on vLLM's CPU platform, where fp8attn runs
+    its C++ CPU implementation and no compute capability applies (the platform reports None)."""
+    reasons = backend_cls.validate_configuration(device_capability=None, **attn_selector_config._asdict())
+    return [r for r in reasons if r != _CAPABILITY_REASON]
+
+
 def _select_on_cpu(vllm_select, selected_backend, attn_selector_config, num_heads) -> str:
     opted_in = os.environ.get(CPU_OPT_IN, "") == "1"
     if not selects_fp8attn(selected_backend):
@@ -90,9 +101,7 @@ def _select_on_cpu(vllm_select, selected_backend, attn_selector_config, num_head
             f"{BACKEND_NAME} was selected (--attention-backend CUSTOM) on vLLM's CPU platform, which runs only "
             f"its own CPU_ATTN backend. Set {CPU_OPT_IN}=1 to run {BACKEND_NAME} there (fp8attn's C++ CPU "
             f"implementation), or drop the selection to run CPU_ATTN.")
-    from fp8attn.integrations.vllm.backend import FP8AttnBackend
-
-    reasons = FP8AttnBackend.cpu_configuration_problems(attn_selector_config)
+    reasons = cpu_configuration_problems(selected_backend.get_class(), attn_selector_config)
     if reasons:
         raise ValueError(f"{BACKEND_NAME} cannot run this attention layer on vLLM's CPU platform: {reasons}")
     logger.info("Using %s on vLLM's CPU platform (%s=1): fp8attn's C++ CPU implementation",

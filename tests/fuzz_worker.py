@@ -15,13 +15,11 @@ import random
 import sys
 
 import torch
+from cases import NAN_CODE, make_case
+from test_forward_cpu import assert_matches_reference
 
-sys.path[:0] = [os.path.dirname(__file__), os.path.dirname(os.path.dirname(os.path.abspath(__file__)))]
-from cases import NAN_CODE, make_case  # noqa: E402
-from test_forward_cpu import assert_matches_reference  # noqa: E402
-
-import fp8attn  # noqa: E402
-from fp8attn.reference import QuantizedBounds, quantized_attention_bounds  # noqa: E402
+import fp8attn
+from fp8attn.reference import QuantizedBounds, quantized_attention_bounds
 
 FP8 = {"e4m3fn": torch.float8_e4m3fn, "e4m3fnuz": torch.float8_e4m3fnuz}
 DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int32, torch.int64, torch.uint8,

@@ -170,8 +170,8 @@ def _nan_case(fp8, **kw):
 @pytest.mark.parametrize("isa", ISAS)
 @pytest.mark.parametrize("fp8", FP8)
 def test_nan_rule(isa, fp8):
-    """TEAM.md's NaN rule on each path: a NaN in q or in the k of a key a row sees makes that row NaN (lse NaN),
-    in the v of a seen key those columns; a NaN in the k of a masked key changes nothing."""
+    """The NaN rule (docs/design.md §1) on each path: a NaN in q or in the k of a key a row sees makes that row NaN
+    (lse NaN), in the v of a seen key those columns; a NaN in the k of a masked key changes nothing."""
     nan = NAN_CODE[fp8]
     clean = _nan_case(fp8, causal=True)
     ref_out, ref_lse = run(isa, clean)

@@ -51,7 +51,9 @@ class Worker:
         self.after_answer: list[dict] = []  # deaths of the worker after it had answered (the case before)
 
     def _start(self) -> None:
-        env = {**os.environ, "OMP_NUM_THREADS": "1"}
+        # the worker imports the suite's helpers (tests/) and fp8attn as pytest does (from the checkout first)
+        path = os.pathsep.join([str(HERE), str(HERE.parent), *filter(None, [os.environ.get("PYTHONPATH")])])
+        env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": path}
         self.proc = subprocess.Popen([sys.executable, str(HERE / "fuzz_worker.py")], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env,
                                      cwd=HERE.parent)

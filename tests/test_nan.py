@@ -1,4 +1,4 @@
-"""The NaN rule (TEAM.md / docs/numerics.md "NaN"), on the CPU implementation and the fp64 reference alike.
+"""The NaN rule (docs/design.md §1, docs/numerics.md "NaN"), on the CPU implementation and the fp64 reference alike.
 
 Each test poisons one input of a random problem and checks, against the reference on the same input and
 against the clean call, exactly which outputs become NaN: every case the rule specifies."""

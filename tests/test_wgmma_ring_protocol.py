@@ -6,7 +6,7 @@ writes K and its own Vraw), and publishes tile fz (k_full, then v_full once the 
 tile fz - S's Vt, which the transpose overwrites) only just before it issues tile fz + S - 1, or
 when it drains at the next item. With one release per tile ("release": K and Vt together) the
 publication of the next K waits for the previous tile's release, so the "k first" order (wait for
-the next K, then release the previous tile) deadlocks: it hung on the H200 (lab/h200-logs/40-*),
+the next K, then release the previous tile) deadlocks: it hung on the H200 (lab-notes:lab/h200-logs/40-*),
 and the model finds that. A consumer order is (first, step, last): the ops of an item's first tile,
 of each step on tile g (S of g + 1 issued with P.V of g), and of its last tile, as (op, tile offset)
 with op one of wait_k, wait_v, release (K and Vt), release_k, release_v; each item also waits for its

@@ -1,5 +1,5 @@
 // The CPU implementation of the forward pass: the same tiled online-softmax algorithm and
-// quantization points as the GPU pipelines (design.md §1). It is the oracle GPU results are
+// quantization points as the GPU pipelines (docs/design.md §1). It is the oracle GPU results are
 // compared with, and what machines without a GPU run.
 #pragma once
 #include "kernels/params.h"

@@ -176,7 +176,7 @@ typename O::F fp8_value(typename O::I c) {
   return O::select(nan, O::from_bits(O::set1i(0x7fc00000u)), signed_v);
 }
 
-// The epilogue's per-lane factors (design.md §1; l sums p8, so p_scale cancels in O = acc · factor).
+// The epilogue's per-lane factors (docs/design.md §1; l sums p8, so p_scale cancels in O = acc · factor).
 inline float out_factor(float m, float l, float v_descale) { return m == -INFINITY ? 0.f : v_descale / l; }
 inline float lane_lse(float m, float l, float p_scale) { return m == -INFINITY ? -INFINITY : m * kLn2 + logf(l * p_scale); }
 

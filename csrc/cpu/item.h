@@ -3,7 +3,7 @@
 // instruction set). Plain data only: the per-ISA translation units share no code with the rest.
 //
 // A work item is a set of query rows ("lanes": q rows x q heads of one kv head of one sequence)
-// that share one pass over the keys. For each lane the kernel quantizes q, runs design.md §1's online
+// that share one pass over the keys. For each lane the kernel quantizes q, runs docs/design.md §1's online
 // softmax over KV tiles aligned at multiples of `tile` from key 0, and writes the lane's output row
 // and lse. Every kernel computes the same bits (kernel_scalar.cpp fixes the order of every sum).
 #pragma once

@@ -1,5 +1,5 @@
 // The scalar kernel: the oracle the SIMD kernels are checked against bit for bit, and the path of
-// CPUs without AVX2. Per lane, design.md §1's online softmax over KV tiles aligned at multiples of
+// CPUs without AVX2. Per lane, docs/design.md §1's online softmax over KV tiles aligned at multiples of
 // the tile from key 0, on the project's FP8 / 16-bit numerics (fp8.h, half.h, PQuantize). Every
 // kernel follows the order of each rounded operation fixed here:
 //  - q·k: one fp32 sum over d, in pairs (2i, 2i+1) with the odd element first,
@@ -8,7 +8,7 @@
 //  - l: each tile's sum of p8 is exact (in double), then l = l·alpha + that sum in fp32;
 //  - acc·alpha is flushed to +0 below 2^-126 (a vdpbf16ps reads a denormal accumulator as zero; after
 //    the flush no accumulator is ever denormal, so every path adds the same numbers);
-//  - exp2 and tanh are cpu_math.h's, the running max propagates NaN (TEAM.md's NaN rule), and no
+//  - exp2 and tanh are cpu_math.h's, the running max propagates NaN (docs/design.md §1's NaN rule), and no
 //    zero p8 skips a V row.
 #include <algorithm>
 #include <cmath>

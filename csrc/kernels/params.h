@@ -4,11 +4,10 @@
 #include <cstdint>
 
 #include "fast_div.h"
+#include "numeric/fp8_kind.h"
 
 namespace fp8attn {
 
-// FP8 storage type of k, v (and q when it is FP8, and out when out_scale is given).
-enum class Fp8Kind : int32_t { E4M3FN = 0, E4M3FNUZ = 1 };
 // Element type of q and of out.
 enum class ElemType : int32_t { FP8 = 0, BF16 = 1, FP16 = 2 };
 

@@ -1,4 +1,4 @@
-"""The benchmark's decode timing (fp8attn.bench.bench_decode: paged FP8 cache of 16-token blocks, CUDA-graph
+"""The benchmark's decode timing (fp8attn.bench.gpu.bench_decode: paged FP8 cache of 16-token blocks, CUDA-graph
 replay of 20 calls) at head dims other than the benchmark's 128; run once per FP8ATTN_PIPELINE to A/B pipelines.
 
     python3 lab/scripts/decode_dims.py [--shapes B,ctx,Hq,Hkv,D,qlen ...]
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import argparse
 
-from fp8attn.bench import bench_decode
+from fp8attn.bench.gpu import bench_decode
 
 DEFAULT = ["8,8192,32,8,64,1", "32,8192,32,8,64,1", "8,8192,32,8,64,4", "1,32768,32,8,64,1",
            "8,8192,16,8,256,1", "32,4096,16,8,256,1", "8,8192,32,8,256,4", "1,32768,16,8,256,1"]

@@ -19,7 +19,7 @@ import tempfile
 import torch
 
 import fp8attn
-from fp8attn.bench import paged_decode_case
+from fp8attn.bench.gpu import paged_decode_case
 
 DEFAULT = ["1,32768,32,8,128,1", "8,8192,32,8,128,1", "1,1024,32,8,128,1", "8,8192,32,8,128,4"]
 

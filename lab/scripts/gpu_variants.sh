@@ -12,7 +12,7 @@
 # Knobs (env): FP8ATTN_ARCHS (default sm90a), BENCH_ARGS (e.g. "--only decode"), ALL_PEERS=1 (every
 # variant's benchmark runs the peers too: the same work between fp8attn's rows, so the same thermal state --
 # without peers a variant's rows run back to back, hotter: identical D 256 code measured 7 % slower
-# second, lab/h200-logs/48-*), FP8ATTN_HEAD_DIMS (build filter), STEP_TIMEOUT
+# second, lab-notes:lab/h200-logs/48-*), FP8ATTN_HEAD_DIMS (build filter), STEP_TIMEOUT
 # (seconds per test / bench step, default 300), SKIP_TESTS=1 (benchmark only: diagnostic builds that
 # compute wrong results on purpose), SANITIZE=racecheck (or memcheck: that
 # compute-sanitizer tool over tests/gpu/sanitize_cases.py per variant, its summary line printed), KEEP_ALL=1 (keep each variant's bench.md / .png and

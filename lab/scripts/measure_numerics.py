@@ -1,4 +1,4 @@
-"""Measure the two numerical choices design.md §1 leaves open, against fp64 attention:
+"""Measure the two numerical choices docs/design.md §1 leaves open, against fp64 attention:
   - the softmax normaliser l: sum of the quantized P (p8·p_scale, consistent with the numerator)
     or of the unquantized p (vLLM's ROCm Triton kernel);
   - the default P scale: a power of two (2^-8 fn / 2^-7 fnuz) or 1/max_F (what Quark calibrates).

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # DRAM and L2 bytes, cycles and instructions per call of fp8attn and cuDNN's FP8 SDPA (Nsight Compute over
-# lab/scripts/ncu_prefill.py, whose options it passes on), for the energy reading of lab/hopper-wgmma-diary.md:
+# lab/scripts/ncu_prefill.py, whose options it passes on), for the energy reading of lab-notes:lab/hopper-wgmma-diary.md:
 #   lab/scripts/ncu_bytes.sh [--d 128] [--causal] [--b B --h H --s S]
 set -euo pipefail
 cd "$(dirname "$0")/../.."

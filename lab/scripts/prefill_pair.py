@@ -12,7 +12,7 @@ from collections.abc import Callable
 import torch
 
 import fp8attn
-from fp8attn.bench import FN, OUT_SCALE, P_SCALE, cudnn_fp8_runner
+from fp8attn.bench.gpu import FN, OUT_SCALE, P_SCALE, cudnn_fp8_runner
 
 
 def add_shape_args(ap: argparse.ArgumentParser) -> None:

@@ -6,7 +6,7 @@
 The loop is the smallest range between a backward branch and its target that holds 60 or more
 MUFU.EX2 (a tile's softmax), an m64n8 QGMMA (the row sums) and an mbarrier try_wait: the steady
 KV loop of the wgmma pipeline. The counts are static -- the loop's cold paths (softcap, masks)
-included -- so compare builds with them, and take executed counts from ncu (h200-logs/58-*).
+included -- so compare builds with them, and take executed counts from ncu (lab-notes:lab/h200-logs/58-*).
 """
 
 from __future__ import annotations

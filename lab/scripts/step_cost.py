@@ -24,7 +24,7 @@ from functools import partial
 import torch
 
 import fp8attn
-from fp8attn.bench import FN, OUT_SCALE, P_SCALE, cudnn_fp8_runner, time_ms
+from fp8attn.bench.gpu import FN, OUT_SCALE, P_SCALE, cudnn_fp8_runner, time_ms
 
 SQ, H = 8192, 32  # the fixed length (rows or keys)
 SKS = (2048, 4096, 8192, 16384)  # the varied one

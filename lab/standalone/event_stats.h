@@ -4,7 +4,7 @@
 // (a fire-and-forget global reduction; the previous timestamp lives in shared memory), so
 // stat_dump reports where each role's time goes per step and per item over a whole launch --
 // what the event trace could not: it stores every event, which made traced runs 1.76x slower
-// than plain ones (lab/h200-logs/45-*), and covers only the first blocks.
+// than plain ones (lab-notes:lab/h200-logs/45-*), and covers only the first blocks.
 // Also the phase of the two consumer warpgroups: at each of warp 8's step starts (its v_full passed),
 // the cycles since warp 4's latest one, as a histogram -- near 0 the two run in lockstep (their
 // softmax and tensor work at the same time, not overlapped), near half a step they alternate.

@@ -3,7 +3,7 @@
 // 0 of every warp of the first kTraceBlocks blocks (linear over blockIdx.x, blockIdx.y) appends
 // (event, %globaltimer ns) to a device buffer; trace_dump prints them relative to the earliest one.
 // The per-warp event count lives in shared memory (a counter in global memory put a dependent
-// global load on every event: the traced blocks ran at half speed, h200-logs/43-*); it is reset
+// global load on every event: the traced blocks ran at half speed, lab-notes:lab/h200-logs/43-*); it is reset
 // when the launch generation (set by trace_reset, read from constant memory) changes, and only
 // stored to global memory, for trace_dump.
 #pragma once

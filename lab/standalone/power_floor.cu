@@ -1,5 +1,5 @@
 // The board power of one block per SM doing (almost) nothing, to split a kernel's power at the H200's
-// limit into a floor that every cycle pays and the work's own share (lab/hopper-wgmma-diary.md, twelfth
+// limit into a floor that every cycle pays and the work's own share (lab-notes:lab/hopper-wgmma-diary.md, twelfth
 // session): 384 threads per block, like the attention kernels, for SECONDS of wall time each mode:
 //   0  every warp in __nanosleep (resident, no issue)
 //   1  every warp in a dependent FMA chain (one instruction per ~4 cycles per warp)

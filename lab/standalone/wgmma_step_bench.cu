@@ -3,7 +3,7 @@
 // issue_qk / issue_pv) on one resident tile and run its softmax, in the kernel's wait order, for
 // `steps` steps -- no global memory, no producer, no mbarriers. Parts are switched off one at a
 // time to measure the fixed cost per step that the part-removed kernel builds found
-// (lab/h200-logs/44-*: without any softmax the kernel still takes twice its tensor time per step).
+// (lab-notes:lab/h200-logs/44-*: without any softmax the kernel still takes twice its tensor time per step).
 // Operands are constant FP8 codes (or random ones, kRandom): the results are not checked, only
 // the time. With kProducer the producer warpgroup does its kernel work as well -- cp.async of each
 // tile's K and V from an L2-resident buffer, the V transpose -- paced by the consumers' slot
@@ -385,7 +385,7 @@ void run(const char* name, int steps, int sms) {
                 per[0], per[1]);
   } else {
     // "Attention TFLOP/s": both warpgroups' S and P.V counted per step whatever the flags, so the
-    // figure compares with the kernel rows of lab/h200-logs/44-* (4 . 64 rows . kBN . kD per warpgroup).
+    // figure compares with the kernel rows of lab-notes:lab/h200-logs/44-* (4 . 64 rows . kBN . kD per warpgroup).
     const double flops = 2.0 * 4.0 * 64 * kBN * kD * steps * sms;
     const int n = cnt[0] + cnt[1];
     const double cps = n ? (per[0] * cnt[0] + per[1] * cnt[1]) / n : 0.0;

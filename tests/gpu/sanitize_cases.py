@@ -6,12 +6,9 @@ out: on Hopper the wgmma pipeline (D 64/128/256 prefill; 64- and 128-key tiles, 
 default), the decodewg pipeline (D 64 / 128 / 256 over 16-key pages), the decode pipeline (D 80; D 128 over
 8-key pages) and the portable one (D = 80 prefill)."""
 import os
-import sys
 
 import torch
-
-sys.path.insert(0, os.path.dirname(__file__))
-from gpu_helpers import DEV, built_head_dims, call, make_case  # noqa: E402
+from gpu_helpers import DEV, built_head_dims, call, make_case
 
 FN = torch.float8_e4m3fn
 dims = built_head_dims()

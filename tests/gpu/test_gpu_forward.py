@@ -1,17 +1,10 @@
 """The GPU forward kernels against the CPU implementation (the oracle, same KV tile) and the fp64
 reference, over the op contract. Skipped without a GPU build (see conftest.py)."""
 import os
-import sys
 
 import pytest
 import torch
-
-from fp8attn import kernel_kv_tile
-from fp8attn.reference import ideal_attention
-from fp8attn.shapes import HEAD_DIMS
-
-sys.path.insert(0, os.path.dirname(__file__))
-from gpu_helpers import (  # noqa: E402
+from gpu_helpers import (
     DEV,
     GPU_KV_TILE,
     WGMMA_LSE_TOL,
@@ -25,6 +18,10 @@ from gpu_helpers import (  # noqa: E402
     lse_close,
     make_case,
 )
+
+from fp8attn import kernel_kv_tile
+from fp8attn.reference import ideal_attention
+from fp8attn.shapes import HEAD_DIMS
 
 FN, FNUZ = torch.float8_e4m3fn, torch.float8_e4m3fnuz
 BF16, FP16 = torch.bfloat16, torch.float16

@@ -1,17 +1,13 @@
-"""The NaN rule (TEAM.md) in the GPU kernels: a NaN in a row's q or in the k of a key the row sees
+"""The NaN rule (docs/design.md §1) in the GPU kernels: a NaN in a row's q or in the k of a key the row sees
 makes the row's output and lse NaN; a NaN in the v of a seen key makes that output column NaN; a NaN
 in the k of a key the row does not see, or in a cache slot past the sequence, changes nothing. Run
 on the pipeline each call gets (the default pass of scripts/gpu_check.sh covers the Hopper wgmma
 and decode kernels, its FP8ATTN_PIPELINE=f16 pass the portable one: the preference is read once per
 process), both FP8 kinds, masked and unmasked, split and unsplit. Skipped without a GPU build (see conftest.py)."""
-import os
-import sys
 
 import pytest
 import torch
-
-sys.path.insert(0, os.path.dirname(__file__))
-from gpu_helpers import DEV, built_fp8_kind, built_head_dims, call, kernel_of, make_case  # noqa: E402
+from gpu_helpers import DEV, built_fp8_kind, built_head_dims, call, kernel_of, make_case
 
 FN, FNUZ = torch.float8_e4m3fn, torch.float8_e4m3fnuz
 NAN_CODE = {FN: 0x7F, FNUZ: 0x80}

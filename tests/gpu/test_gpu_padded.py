@@ -2,19 +2,14 @@
 capture calls it: max_seqlen_q / max_seqlen_k given (no host sync), q rows past cu_seqlens_q[-1] never
 written, padded requests with seqused_k = 0, table entries of a NaN-filled null block 0 never read. The
 valid rows agree with the CPU implementation on the same inputs."""
-import os
-import sys
 
 import pytest
 import torch
+from cases import make_case as make_cpu_case
+from gpu_helpers import DEV, WGMMA_LSE_TOL, WGMMA_MIN_AGREEMENT, agreement, is_wgmma, lse_close
+from test_padded_batch import PAD_ROWS, _padded
 
-sys.path.insert(0, os.path.dirname(__file__))
-sys.path.insert(0, os.path.dirname(os.path.dirname(__file__)))
-from cases import make_case as make_cpu_case  # noqa: E402
-from gpu_helpers import DEV, WGMMA_LSE_TOL, WGMMA_MIN_AGREEMENT, agreement, is_wgmma, lse_close  # noqa: E402
-from test_padded_batch import PAD_ROWS, _padded  # noqa: E402
-
-import fp8attn  # noqa: E402
+import fp8attn
 
 
 @pytest.mark.parametrize("q_lens,k_lens", [([1, 1, 1, 1], [700, 33, 0, 130]),      # decode

@@ -1,9 +1,9 @@
-// The per-row math of the forward pass, written once (design.md §1): the online-softmax update,
+// The per-row math of the forward pass, written once (docs/design.md §1): the online-softmax update,
 // the epilogue's row transform, and the tile-wide steps every GPU pipeline runs on its S
 // accumulator. Scores are in log2 units (LogitsTransform); m is the running row max, alpha the
 // factor acc and l are rescaled by, p = exp2(s - offset(m)), p8 = PQuantize(p), l = sum of p8.
 //
-// The NaN rule (TEAM.md): the running max propagates NaN (max_nan), so a NaN score the row sees
+// The NaN rule (docs/design.md §1): the running max propagates NaN (max_nan), so a NaN score the row sees
 // makes m, alpha, p and l NaN; masked scores are *replaced* by -inf (softmax_mask), never added;
 // "nothing visible yet" is m == -inf only; a NaN alpha counts as a change (needs_rescale).
 //

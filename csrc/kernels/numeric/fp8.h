@@ -10,7 +10,7 @@
 
 #include "../arch/scalar.h"
 #include "../common.h"
-#include "../params.h"
+#include "fp8_kind.h"
 
 namespace fp8attn {
 

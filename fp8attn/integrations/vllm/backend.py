@@ -51,7 +51,6 @@ from fp8attn_vllm import BACKEND_NAME
 if TYPE_CHECKING:
     from vllm.config import VllmConfig
     from vllm.config.cache import CacheDType
-    from vllm.v1.attention.selector import AttentionSelectorConfig
     from vllm.v1.kv_cache_interface import AttentionSpec, KVCacheSpec
 
 # Under vLLM's "vllm" logger, so that vLLM's handler prints it (with the process prefix) at its level.
@@ -62,8 +61,6 @@ SUPPORTED_HEAD_SIZES: tuple[int, ...] = HEAD_DIMS
 # vLLM cache dtypes this backend reads: per-tensor-scaled FP8 e4m3 only. The kernels take FP8 K/V.
 SUPPORTED_KV_CACHE_DTYPES: tuple[str, ...] = ("fp8", "fp8_e4m3")
 FP8_KV_CACHE_DTYPES = frozenset(SUPPORTED_KV_CACHE_DTYPES)
-# validate_configuration's reason for a device capability the backend refuses (vLLM 0.32 and 0.33)
-_CAPABILITY_REASON = "compute capability not supported"
 
 
 class FP8AttnBackend(AttentionBackend):
@@ -144,13 +141,6 @@ class FP8AttnBackend(AttentionBackend):
         if head_size not in SUPPORTED_HEAD_SIZES:
             reasons.append(f"FP8ATTN supports head sizes {list(SUPPORTED_HEAD_SIZES)}, got {head_size}")
         return "; ".join(reasons) if reasons else None
-
-    @classmethod
-    def cpu_configuration_problems(cls, attn_selector_config: AttentionSelectorConfig) -> list[str]:
-        """validate_configuration's reasons for a layer on vLLM's CPU platform, where fp8attn runs its C++
-        CPU implementation and no compute capability applies (the platform reports None)."""
-        reasons = cls.validate_configuration(device_capability=None, **attn_selector_config._asdict())
-        return [r for r in reasons if r != _CAPABILITY_REASON]
 
 
 @dataclass

@@ -1,5 +1,5 @@
 // FlashAttention-3's FP8 forward kernel (hopper/, built from a checkout: build.sh) timed on the shapes
-// of design.md §6 and the benchmark's two GQA rows, beside fp8attn's benchmark in the same device call: whether issue 4's target
+// of docs/design.md §5 and the benchmark's two GQA rows, beside fp8attn's benchmark in the same device call: whether issue 4's target
 // (>= 1.10x cuDNN FP8, >= 980 TFLOP/s at 1x32x8192x128) is within reach of a published FP8 kernel on
 // this card. FA3 writes bf16 output (FP8 in, P in FP8 without a calibrated scale); fp8attn writes FP8.
 // Every shape is checked first against a CPU reference on a sample of rows (the inputs decoded from

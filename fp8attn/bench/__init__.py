@@ -1,0 +1,36 @@
+"""Benchmark: ``python -m fp8attn.bench [--device cuda|cpu] [--out-dir DIR] [--quick] [--only KIND] [--peers LIST]``.
+
+``--device cuda`` (the default) runs the GPU benchmark (:mod:`fp8attn.bench.gpu`: prefill, varlen and decode
+beside torch SDPA, cuDNN FP8 and the other peers that import), ``--device cpu`` the CPU benchmark
+(:mod:`fp8attn.bench.cpu`: fp8attn's CPU kernels beside torch SDPA and vLLM's CPU_ATTN). Each side by side
+in one run, written as JSON and a markdown table to --out-dir.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Parse the command line and run the benchmark it names; returns the exit code."""
+    ap = argparse.ArgumentParser(prog="python -m fp8attn.bench", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out-dir", default=".")
+    ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--quick", action="store_true", help="a few shapes only")
+    ap.add_argument("--only", choices=["prefill", "decode", "all"], default="all")
+    ap.add_argument("--kv-tile", type=int, default=0,
+                    help="fp8attn's KV tile for prefill / varlen rows (0: the kernel's default; the row's kernel "
+                         "name shows it)")
+    ap.add_argument("--peers", default="all",
+                    help="comma list of flash,cudnn,cudnn_fp8 to run beside fp8attn, 'none' or 'all' (default)")
+    ap.add_argument("--device", choices=["cuda", "cpu"], default="cuda",
+                    help="cuda: the GPU benchmark (default); cpu: fp8attn's CPU kernels vs SDPA and vLLM's CPU_ATTN "
+                         "(bench-cpu.json / bench-cpu.md)")
+    args = ap.parse_args(argv)
+    if args.device == "cpu":
+        from .cpu import run
+    else:
+        from .gpu import run
+    return run(args)
