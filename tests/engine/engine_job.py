@@ -2,10 +2,12 @@
 
     python tests/engine/engine_job.py JOB.json RESULT.json
 
-JOB.json: {"engines": [{"name", "env": {VAR: value}, "llm": {LLM kwargs}, "tasks": [{"kind", ...}]}]}.
-Each engine is an ``LLM(...)``, so vLLM spawns its engine core and workers as for any user; ``env`` is set
-while it is built (the spawned processes inherit it). Around each engine this prints ``=== engine NAME
-start`` / ``end`` on stderr, so a test can tell which lines of the engines' logs belong to which engine.
+JOB.json: {"engines": [{"name", "env": {VAR: value}, "llm": {LLM kwargs}, "tasks": [{"kind", ...}],
+"may_fail": bool}]}. Each engine is an ``LLM(...)``, so vLLM spawns its engine core and workers as for any
+user; ``env`` is set while it is built (the spawned processes inherit it). An engine with ``may_fail`` that
+fails to start gives ``{"error": "Type: message"}`` instead of task results (the root cause is in the
+log). Around each engine this prints ``=== engine NAME start`` / ``end`` on stderr, so a test can tell
+which lines of the engines' logs belong to which engine.
 Tasks (results keyed by kind):
 
 - ``greedy`` {"prompts": [str], "max_tokens"}: the generated token ids of each prompt, temperature 0.
@@ -104,24 +106,33 @@ def scales(llm, task: dict) -> list[dict[str, dict[str, float]]]:
 TASKS = {"greedy": greedy, "decode": decode, "nll": nll, "load": load, "scales": scales}
 
 
-def main(job_path: str, result_path: str) -> int:
+def run_engine(spec: dict) -> dict:
     from vllm import LLM
 
+    start = time.monotonic()
+    with environment(spec.get("env", {})):
+        try:
+            llm = LLM(**spec["llm"])
+        except Exception as e:
+            if not spec.get("may_fail"):
+                raise
+            return {"error": f"{type(e).__name__}: {e}", "seconds": {"start": time.monotonic() - start}}
+        ready = time.monotonic()
+        out = {task["kind"]: TASKS[task["kind"]](llm, task) for task in spec["tasks"]}
+        llm.llm_engine.engine_core.shutdown()
+        del llm
+        gc.collect()
+    out["seconds"] = {"start": ready - start, "tasks": time.monotonic() - ready}
+    return out
+
+
+def main(job_path: str, result_path: str) -> int:
     job = json.loads(open(job_path).read())
     results = {}
     for spec in job["engines"]:
         name = spec["name"]
         print(f"=== engine {name} start", file=sys.stderr, flush=True)
-        start = time.monotonic()
-        with environment(spec.get("env", {})):
-            llm = LLM(**spec["llm"])
-            ready = time.monotonic()
-            out = {task["kind"]: TASKS[task["kind"]](llm, task) for task in spec["tasks"]}
-            llm.llm_engine.engine_core.shutdown()
-            del llm
-            gc.collect()
-        out["seconds"] = {"start": ready - start, "tasks": time.monotonic() - ready}
-        results[name] = out
+        results[name] = run_engine(spec)
         print(f"=== engine {name} end", file=sys.stderr, flush=True)
         with open(result_path, "w") as f:  # after each engine, so a later failure keeps the earlier results
             json.dump(results, f)
