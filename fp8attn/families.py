@@ -6,9 +6,9 @@ Each OUT_DIR/<family>/ is a transformers ``save_pretrained`` directory (bfloat16
 transformers fp32 reference run the same numbers) with a byte-level tokenizer (token id = byte value), which
 vLLM and transformers both load. The models share one shape, as small as still exercises each family's
 attention: hidden 256, 4 layers, 4 query / 2 KV heads of head dim 64, byte vocabulary. Their weights are
-random with the init scale raised to 0.1 (models train at 0.02): attention logits then spread over several
-units, so a sliding window, a logit softcap or a sink changes the output measurably (tests/test_families.py
-checks that each feature does).
+random with the init scale raised to 0.1 (gpt-oss: 0.07; models train at 0.02): attention logits then spread
+over several units, so a sliding window, a logit softcap or a sink changes the output measurably
+(tests/test_families.py checks that each feature does).
 
 ``make_checkpoint(family, out)`` writes one; ``FAMILIES`` says what each exercises.
 """
@@ -16,6 +16,7 @@ checks that each feature does).
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -29,14 +30,41 @@ ALTERNATING = ["sliding_attention", "full_attention"] * (SHAPE["num_hidden_layer
 CHAT_TEMPLATE = "{% for m in messages %}{{ m['content'] }}\n{% endfor %}"
 
 
+GEMMA_EMBEDDING_SCALE = 0.25
+SINK_MEAN = 3.0
+
+
+def _quiet_gemma_copy_path(model) -> None:
+    """Gemma multiplies its (tied) embeddings by sqrt(hidden) = 16: at init scale 0.1 the input token's own
+    embedding then dominates the residual stream and the tied logits, and the model predicts its input token
+    whatever attention does. The embeddings are scaled by GEMMA_EMBEDDING_SCALE and the final norm's gain (Gemma's
+    norms multiply by 1 + weight) by its inverse, so the logits keep their spread and attention decides them."""
+    import torch
+
+    with torch.no_grad():
+        model.model.embed_tokens.weight.mul_(GEMMA_EMBEDDING_SCALE)
+        norm = model.model.norm.weight
+        norm.copy_((1 + norm) / GEMMA_EMBEDDING_SCALE - 1)
+
+
+def _raise_sinks(model) -> None:
+    """gpt-oss initializes its sinks like its weights, near 0, below most rows' largest attention logits: the
+    sinks are drawn from N(SINK_MEAN, 1) instead, among those logits, so that each takes a share of the softmax."""
+    import torch
+
+    with torch.no_grad():
+        for layer in model.model.layers:
+            layer.self_attn.sinks.normal_(SINK_MEAN, 1.0)
+
+
 @dataclass(frozen=True)
 class Family:
-    """A transformers config class and what its checkpoint sets beyond SHAPE."""
+    """A transformers config class, what its checkpoint sets beyond SHAPE, and what is done to its random weights."""
 
     config: str  # the transformers config class
     exercises: str  # the attention features the family brings
     overrides: dict = field(default_factory=dict)
-    gemma_embedding: bool = False  # embeddings × sqrt(hidden) and tied: see _quiet_gemma_copy_path
+    adjust: Callable[[object], None] | None = None  # applied to the initialized model (float32)
 
 
 GEMMA = dict(query_pre_attn_scalar=64, hidden_activation="gelu_pytorch_tanh")  # softmax scale 1/sqrt(head dim)
@@ -48,12 +76,18 @@ FAMILIES: dict[str, Family] = {
     # these models' attention logits
     "gemma2": Family("Gemma2Config", f"attention logit softcap, sliding window {WINDOW} on alternating layers",
                      dict(GEMMA, sliding_window=WINDOW, layer_types=ALTERNATING, attn_logit_softcapping=10.0,
-                          final_logit_softcapping=30.0), gemma_embedding=True),
+                          final_logit_softcapping=30.0), _quiet_gemma_copy_path),
     "gemma3": Family("Gemma3TextConfig", f"q/k RMSNorm, local (window {WINDOW}) and global layers, each with its RoPE",
                      dict(GEMMA, sliding_window=WINDOW, layer_types=["sliding_attention"] * 3 + ["full_attention"]),
-                     gemma_embedding=True),
+                     _quiet_gemma_copy_path),
+    # every expert routed (top-4 of 4): top-2 routing of random weights picks other experts in bf16 than in fp32.
+    # Init scale 0.07: YaRN's attention factor (1.35 on q and on k) sharpens its attention, and at 0.1 the model
+    # is three times as sensitive to FP8 K/V rounding as the others; max_position_embeddings = YaRN's original
+    # 4096 x factor 32, as gpt-oss's own config has it
+    "gpt_oss": Family("GptOssConfig", f"attention sinks, sliding window {WINDOW} on alternating layers, bf16 MoE",
+                      dict(sliding_window=WINDOW, num_local_experts=4, num_experts_per_tok=4, initializer_range=0.07,
+                           tie_word_embeddings=False, max_position_embeddings=131072), _raise_sinks),
 }
-GEMMA_EMBEDDING_SCALE = 0.25
 
 
 def write_byte_tokenizer(out: str | Path) -> None:
@@ -75,19 +109,6 @@ def write_byte_tokenizer(out: str | Path) -> None:
         raise RuntimeError("the byte tokenizer does not map bytes to their own ids")
 
 
-def _quiet_gemma_copy_path(model) -> None:
-    """Gemma multiplies its (tied) embeddings by sqrt(hidden) = 16: at init scale 0.1 the input token's own
-    embedding then dominates the residual stream and the tied logits, and the model predicts its input token
-    whatever attention does. The embeddings are scaled by GEMMA_EMBEDDING_SCALE and the final norm's gain (Gemma's
-    norms multiply by 1 + weight) by its inverse, so the logits keep their spread and attention decides them."""
-    import torch
-
-    with torch.no_grad():
-        model.model.embed_tokens.weight.mul_(GEMMA_EMBEDDING_SCALE)
-        norm = model.model.norm.weight
-        norm.copy_((1 + norm) / GEMMA_EMBEDDING_SCALE - 1)
-
-
 def make_checkpoint(family: str, out: str | Path, seed: int = 0) -> Path:
     """Write the tiny random-weight checkpoint of ``family`` (a key of FAMILIES) into ``out``; returns out.
 
@@ -104,8 +125,8 @@ def make_checkpoint(family: str, out: str | Path, seed: int = 0) -> Path:
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-    if spec.gemma_embedding:
-        _quiet_gemma_copy_path(model)
+        if spec.adjust is not None:
+            spec.adjust(model)
     model.to(torch.bfloat16).save_pretrained(str(out))
     write_byte_tokenizer(out)
     return out

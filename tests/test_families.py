@@ -61,7 +61,7 @@ def test_same_seed_same_weights(tmp_path):
 
 @pytest.mark.parametrize("family", list(FAMILIES))
 def test_each_feature_changes_the_output(checkpoints, family):
-    """A window, a softcap matter by far more than FP8 rounding does (tens of times the integration's distance
+    """A window, a softcap, sinks move the output by more than FP8 rounding does (the integration's distance
     below); the models do not just predict their input token (Gemma's copy path, quieted by the maker)."""
     model = load(checkpoints[family])
     x = windows("heldout.txt", 2)
@@ -79,6 +79,13 @@ def test_each_feature_changes_the_output(checkpoints, family):
         for m in attention:
             m.attn_logit_softcapping = None
         assert (token_logprobs(model, x) - base).abs().mean() > 0.1
+    sinks = [m.sinks for m in model.modules() if hasattr(m, "sinks") and hasattr(m, "layer_idx")]
+    if sinks:
+        assert len(sinks) == config.num_hidden_layers
+        with torch.no_grad():
+            for s in sinks:
+                s.fill_(-1e4)  # no sink
+        assert (token_logprobs(model, x) - base).abs().mean() > 0.2
 
 
 def calibrated(path: Path) -> QuarkScales:
