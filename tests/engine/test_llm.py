@@ -87,8 +87,8 @@ def test_greedy_matches_vllm_cpu_backend_same_fp8_kv(engines, reference):
 
 def test_prompt_logprobs_close_to_transformers_fp32(engines, reference):
     """Mean |Δ log p| of the held-out tokens against fp32: FP8ATTN's within 1.3x CPU_ATTN's with the same FP8 KV
-    cache (+0.01) and below 0.1 nats (the trained model is far less sensitive than tests/engine/test_families.py's
-    random ones)."""
+    cache (+0.01) and below 0.1 nats (the trained model is far less sensitive than the random ones of
+    tests/engine/test_served_families.py)."""
     fp32 = torch.stack([reference.token_logprobs(w) for w in heldout_windows(WINDOWS)])
     d = {n: (torch.tensor(engines[n]["nll"]["logprobs"]) - fp32).abs().mean().item()
          for n in ("fp8attn", "cpu_attn", "bf16")}

@@ -256,7 +256,7 @@ def test_exports_served_greedy_and_perplexity(exports, served, scheme):
 
 def test_family_export_served_close_to_fp32(family_model, family_export, served):
     """Qwen3's FP8-QKV-Prob export under FP8ATTN: held-out log-probabilities within the families' bound of fp32
-    on the served weights (tests/engine/test_families.py), perplexity within 2 %."""
+    on the served weights (tests/engine/test_served_families.py), perplexity within 2 %."""
     reference = served_weights_reference(family_export / f"{FAMILY_SCHEME}-cpu", family_model)
     fp32 = torch.stack([reference.token_logprobs(w) for w in heldout_windows(WINDOWS)])
     run = served[f"{FAMILY}/{FAMILY_SCHEME}-cpu"]
