@@ -45,7 +45,7 @@ def pytest_collection_modifyitems(config, items):
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from engines import ROOT, Reference  # noqa: E402
+from engines import ROOT, Reference, quark_export  # noqa: E402
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -73,12 +73,7 @@ def serving_dir(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def exports(tmp_path_factory) -> Path:
     """The Quark exports of the embedded model, by scripts/vllm/quark_export.py: OUT/<scheme>[-cpu]."""
-    out = tmp_path_factory.mktemp("quark")
-    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "vllm" / "quark_export.py"), str(out)], cwd=out,
-                          env={**os.environ, "QUARK_DISABLE_COMPILE": "1"}, capture_output=True, text=True,
-                          timeout=1800)
-    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-6000:]
-    return out
+    return quark_export(tmp_path_factory.mktemp("quark"))
 
 
 @pytest.fixture(scope="session")

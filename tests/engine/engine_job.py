@@ -11,8 +11,11 @@ which lines of the engines' logs belong to which engine.
 Tasks (results keyed by kind):
 
 - ``greedy`` {"prompts": [str], "max_tokens"}: the generated token ids of each prompt, temperature 0.
+- ``decode`` {"prompts": [str], "max_tokens"}: as greedy, with vLLM's log-probability of each generated token:
+  {"tokens": [[ids]], "logprobs": [[float]]}.
 - ``nll`` {"windows": [[token ids]]}: the sum of -log p(token | prefix) over every token after the first of
-  each window (vLLM's prompt logprobs) and the number of tokens summed.
+  each window (vLLM's prompt logprobs), the number of tokens summed, and each window's log p(token | prefix)
+  in order (``logprobs``).
 - ``load`` {"requests": [{"prompt_token_ids", "max_tokens"}]}: the requests submitted together, then each
   alone, temperature 0: the token ids both ways, and the growth of vLLM's preemption and prefix-cache
   counters over the concurrent run.
@@ -44,24 +47,32 @@ def environment(env: dict[str, str]):
                 os.environ[k] = v
 
 
-def greedy(llm, task: dict) -> list[list[int]]:
+def _greedy(llm, task: dict, logprobs: int | None) -> list:
     from vllm import SamplingParams
 
-    params = SamplingParams(temperature=0.0, max_tokens=task["max_tokens"], ignore_eos=True)
-    return [list(o.outputs[0].token_ids) for o in llm.generate(task["prompts"], params, use_tqdm=False)]
+    params = SamplingParams(temperature=0.0, max_tokens=task["max_tokens"], ignore_eos=True, logprobs=logprobs)
+    return [o.outputs[0] for o in llm.generate(task["prompts"], params, use_tqdm=False)]
 
 
-def nll(llm, task: dict) -> dict[str, float]:
+def greedy(llm, task: dict) -> list[list[int]]:
+    return [list(o.token_ids) for o in _greedy(llm, task, None)]
+
+
+def decode(llm, task: dict) -> dict[str, list]:
+    outs = _greedy(llm, task, 0)
+    return {"tokens": [list(o.token_ids) for o in outs],
+            "logprobs": [[step[t].logprob for t, step in zip(o.token_ids, o.logprobs, strict=True)] for o in outs]}
+
+
+def nll(llm, task: dict) -> dict:
     from vllm import SamplingParams
 
     params = SamplingParams(temperature=0.0, max_tokens=1, prompt_logprobs=0)
     prompts = [{"prompt_token_ids": ids} for ids in task["windows"]]
-    total, count = 0.0, 0
-    for window, out in zip(task["windows"], llm.generate(prompts, params, use_tqdm=False), strict=True):
-        for token, logprobs in zip(window[1:], out.prompt_logprobs[1:], strict=True):
-            total -= logprobs[token].logprob
-            count += 1
-    return {"nll": total, "tokens": count}
+    outs = llm.generate(prompts, params, use_tqdm=False)
+    per_window = [[step[token].logprob for token, step in zip(window[1:], out.prompt_logprobs[1:], strict=True)]
+                  for window, out in zip(task["windows"], outs, strict=True)]
+    return {"nll": -sum(map(sum, per_window)), "tokens": sum(map(len, per_window)), "logprobs": per_window}
 
 
 def _counters(llm) -> dict[str, float]:
@@ -92,7 +103,7 @@ def scales(llm, task: dict) -> list[dict[str, dict[str, float]]]:
     return llm.collective_rpc(_layer_scales)
 
 
-TASKS = {"greedy": greedy, "nll": nll, "load": load, "scales": scales}
+TASKS = {"greedy": greedy, "decode": decode, "nll": nll, "load": load, "scales": scales}
 
 
 def run_engine(spec: dict) -> dict:

@@ -78,6 +78,15 @@ def run_engines(engines: list[dict], workdir: Path, timeout: float = 1500) -> En
     return EngineRun(json.loads(result.read_text()), log, seconds)
 
 
+def quark_export(out: Path, *args: str) -> Path:
+    """scripts/vllm/quark_export.py OUT ARGS... (amd-quark 0.13): OUT/<scheme>[-cpu]; returns out."""
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "vllm" / "quark_export.py"), str(out), *args],
+                          cwd=out, env={**os.environ, "QUARK_DISABLE_COMPILE": "1"}, capture_output=True, text=True,
+                          timeout=1800)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-6000:]
+    return out
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -145,14 +154,16 @@ def fp8attn_processes(log: str) -> list[str]:
 
 
 class Reference:
-    """The embedded model in fp32 under transformers: greedy generations and next-token log-probabilities."""
+    """A model (default: the embedded one) in fp32 under transformers: greedy generations and next-token
+    log-probabilities. Eager attention: transformers' SDPA path drops Gemma-2's attention logit softcap."""
 
-    def __init__(self):
+    def __init__(self, model_dir: Path = MODEL):
         import torch
         from transformers import AutoModelForCausalLM
 
         self.torch = torch
-        self.model = AutoModelForCausalLM.from_pretrained(str(MODEL), dtype=torch.float32).eval()
+        self.model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32,
+                                                          attn_implementation="eager").eval()
 
     def greedy(self, prompt: str, n: int = GREEDY_TOKENS) -> list[int]:
         ids = self.torch.tensor([list(prompt.encode())])
@@ -161,8 +172,17 @@ class Reference:
         return out[0, ids.shape[1]:].tolist()
 
     def logprobs(self, ids: list[int]):
+        """log p(· | ids): [vocab]."""
+        return self.all_logprobs(ids)[-1]
+
+    def token_logprobs(self, ids: list[int]):
+        """log p(ids[i] | ids[:i]) for i >= 1, as vLLM's prompt logprobs: [len(ids) - 1]."""
+        return self.all_logprobs(ids)[:-1].gather(1, self.torch.tensor(ids[1:])[:, None])[:, 0]
+
+    def all_logprobs(self, ids: list[int]):
+        """log p(· | ids[:i + 1]) for every i: [len(ids), vocab]."""
         with self.torch.no_grad():
-            return self.torch.log_softmax(self.model(self.torch.tensor([ids])).logits[0, -1].float(), -1)
+            return self.torch.log_softmax(self.model(self.torch.tensor([ids])).logits[0].float(), -1)
 
 
 # nats: two next tokens whose fp32 log-probabilities are this close are a tie for a bf16 model. vLLM's own
