@@ -1,8 +1,7 @@
 // The events of the GPU pipelines' trace hooks (FP8ATTN_TRACE, common.h), for lab builds only: no
 // kernel includes this file. A trace build defines FP8ATTN_TRACE(event) before including the kernels
 // and includes this file for the names (lab/standalone/event_trace.h records a timestamp per warp
-// leader). Such traces located the wgmma epilogue's and the decode copies' costs
-// (lab/hopper-wgmma-diary.md).
+// leader).
 #pragma once
 
 namespace fp8attn {

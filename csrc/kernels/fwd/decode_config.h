@@ -1,7 +1,7 @@
 // Tunables of the decode kernels (pipeline_decode.h; the fwd_decode* rows of the kernel table),
 // shared by the pipelines and the kernel table (generate.py emits each decode kernel's blocks per SM,
-// which its instance file asserts and choose_num_splits plans with). Host-only code: no kernels. To adopt another measured variant (lab/standalone/decode_bench.cu), edit
-// decode_blocks_per_sm.
+// which its instance file asserts and choose_num_splits plans with). Host-only code: no kernels. To adopt
+// another measured variant (lab/standalone/decode_bench.cu), edit decode_blocks_per_sm.
 #pragma once
 #include <algorithm>
 #include <cstdint>

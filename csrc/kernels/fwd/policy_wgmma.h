@@ -34,9 +34,8 @@
 namespace fp8attn {
 
 // Consumer warpgroups: three where S and O fit the 152 registers of a 512-thread block (D 64, and
-// D 128 at 64-key tiles): a warpgroup's step is a latency chain (max, shuffles, exp2s) that more
-// warpgroups overlap (D 64 +16 %, D 128 non-causal at 64 keys +2.6 % over two at 128 keys:
-// lab/h200-logs/79-*, 80-*); two otherwise (a 128-key S beside a D 128 O needs 224).
+// D 128 at 64-key tiles), since a step is a latency chain (max, shuffles, exp2s) that more warpgroups
+// overlap (docs/hopper-pipeline.md); two otherwise (a 128-key S beside a D 128 O needs 224).
 constexpr int wgmma_consumers(int head_dim, int kv_tile) {
   return head_dim == 64 || (head_dim == 128 && kv_tile == 64) ? 3 : 2;
 }
@@ -80,8 +79,8 @@ struct FwdPolicyNvWgmma {
   static constexpr int kNTilesO = kD / 8;  // n8 blocks of the O accumulator
   static constexpr int kChunks = kD / 16;  // 16-byte chunks per Q / K / V row
   static constexpr int kSw = kD >= 128 ? 128 : 64;
-  // Whole dense / varlen KV tiles by TMA (pipeline_wgmma.h, load_kv_tma); not at D 64, where it
-  // measured 2-4 % slower than cp.async (lab/h200-logs/46-*, 50-*).
+  // Whole dense / varlen KV tiles by TMA (pipeline_wgmma.h, load_kv_tma); D 64 keeps cp.async, the
+  // faster there (docs/hopper-pipeline.md).
   static constexpr bool kTmaKV = kD >= 128;
   using QK = nv::SwizzledTile<kSw>;  // Q and K tiles
   using VT = nv::SwizzledTile<64>;   // Vt rows are the 64 keys of a tile
@@ -104,14 +103,10 @@ struct FwdPolicyNvWgmma {
   static constexpr int kSmemBytes = kOffBar + kBarBytes + 1024;  // + the base's alignment slack
   static_assert(kSmemBytes <= nv::Sm89::kSmemLimit, "sm_90 allows 227 KiB of shared memory per block");
 
-  // Register reallocation (setmaxnreg): the producer gives registers to the consumers, which
-  // hold S, P8 and the O accumulator live across the asynchronous wgmma stages (168 per thread
-  // spill at D = 128 once the wgmmas really overlap). setmaxnreg.inc waits for registers the
-  // block got at launch (kThreads x 65536 / kThreads), so the split must fit in them or it never
-  // returns. 56 / 224 at D <= 128; at D = 256 the producer's TMA bookkeeping needs more than 56
-  // (40 / 232 spilled 20 bytes there) and the consumers fit in 216; with three consumer warpgroups
-  // 56 / 152 (a 512-thread block; ptxas -v: no spills in any instance, R149 the highest at D 64).
-  // D 256 at 128-key steps, one step after the other (kOverlap): 56 / 224 as at D <= 128.
+  // Register reallocation (setmaxnreg): the producer gives registers to the consumers, which hold S,
+  // P8 and the O accumulator live across the asynchronous wgmma stages. setmaxnreg.inc waits for
+  // registers the block got at launch, so the split must fit in them or it never returns (asserted).
+  // The producer's TMA bookkeeping at D 256 with 64-key steps needs 72; the rest is the consumers'.
   static constexpr bool kWideProducer = kD > 128 && kBlockN == 64;
   static constexpr int kProducerRegs = kWideProducer ? 72 : 56;
   static constexpr int kConsumerRegs = kConsumers == 3 ? 152 : kWideProducer ? 216 : 224;
