@@ -106,9 +106,9 @@ FP8ATTN_DEVICE void init_state(FwdState<Policy>& st) {
 // Per row of the thread: the factor from acc to O (v_descale / l; 0 for a row with no visible key)
 // and lse, after the row's attention sink when the call has sinks (softmax.h, add_sink: once, after
 // the KV loop) and is not split (the combine kernel adds it then). tr: the rows of st's layout (their
-// heads). Branch-free: a call without sinks takes sink = -inf, which leaves the row as it is (a branch
-// here made ptxas rematerialize the ring addresses inside the decodewg kernels' KV loop). inv_p_scale:
-// the PQuant's 1 / p_scale (a division here spilled the D 256 wgmma consumers).
+// heads). Branch-free (a call without sinks takes sink = -inf, which leaves the row as it is): a branch
+// here made ptxas rematerialize addresses inside the decodewg KV loop. inv_p_scale: the PQuant's
+// 1 / p_scale (a division here spilled the D 256 wgmma consumers).
 template <class Policy>
 struct RowScales {
   using Tile = typename Policy::Tile;
@@ -231,12 +231,12 @@ __global__ void __launch_bounds__(Policy::kThreads) fwd_kernel(const __grid_cons
 
 // Flash-decoding combine: one block per (query row, head) merges the splits' normalized partial
 // outputs with weights exp(lse_s - max lse) (warp 0 computes them once, into shared memory), then
-// applies the output transform and writes lse. The row's attention sink (natural units, like the
-// splits' lse, which do not hold it) is one more term of the weights' sum, added once here. Thread (group s0, float4 column j) sums column j over
-// splits s0, s0 + G, ... (G = threads / (D/4) groups): the partial outputs are read coalesced, and
-// the first kCombinePre of a thread's loads are issued before the weights are known, so that the lse
-// and O reads overlap (one memory round trip instead of two); the groups' sums are then added in
-// group order (deterministic).
+// applies the output transform and writes lse; the row's attention sink (natural units, like the
+// splits' lse, which do not hold it) is one more term of the weights' sum, added once here. Thread
+// (group s0, float4 column j) sums column j over splits s0, s0 + G, ... (G = threads / (D/4) groups):
+// the partial outputs are read coalesced, and the first kCombinePre of a thread's loads are issued
+// before the weights are known, so that the lse and O reads overlap (one memory round trip instead of
+// two); the groups' sums are then added in group order (deterministic).
 constexpr int kCombineMaxThreads = 256;
 constexpr int kCombinePre = 8;   // partial-output loads per thread issued before the weights
 constexpr int kMaxSplits = 128;  // choose_num_splits and the entry point keep num_splits <= this
