@@ -47,8 +47,10 @@ def fp8_rand(shape, dtype, gen, scale=1.0):
 
 def make_case(*, layout="dense", B=2, Sq=37, Sk=203, H=4, Hkv=2, D=128, q_dtype=torch.float8_e4m3fn,
               fp8=torch.float8_e4m3fn, out_dtype=torch.bfloat16, causal=False, window=(-1, -1), softcap=0.0,
-              per_head=False, page=16, seed=0, num_blocks=None, p_scale=None):
-    """Random inputs (on the CPU) for one call; returns (args, kwargs) of `call`."""
+              per_head=False, page=16, seed=0, num_blocks=None, p_scale=None, sinks=False):
+    """Random inputs (on the CPU) for one call; returns (args, kwargs) of `call`. sinks: one attention-sink
+    logit per q head, spread over [-6, 12]: from well below the rows' lse (about ln Sk here: the logits are
+    small) to well above it."""
     g = torch.Generator().manual_seed(seed)
     if q_dtype in (torch.bfloat16, torch.float16):
         q = (torch.randn((B, Sq, H, D), generator=g) * 3).to(q_dtype)
@@ -66,6 +68,8 @@ def make_case(*, layout="dense", B=2, Sq=37, Sk=203, H=4, Hkv=2, D=128, q_dtype=
     if out_dtype in (torch.float8_e4m3fn, torch.float8_e4m3fnuz):
         kw["out_scale"] = torch.tensor([0.02])
     kw["out_dtype"] = out_dtype
+    if sinks:  # (their own generator: the other inputs are those of the case without sinks)
+        kw["sinks"] = torch.linspace(-6.0, 12.0, H)[torch.randperm(H, generator=torch.Generator().manual_seed(seed))]
     if layout == "dense":
         return (q, k, v), kw
     # varlen q / k: ragged lengths (some zero), packed
@@ -107,7 +111,8 @@ def _op_args(q, k, v, out, device, kv_tile, kw):
             int(kw.get("max_seqlen_k", 0)), _opt(kw.get("block_table"), device), float(kw["softmax_scale"]),
             bool(kw.get("causal", False)), int(left), int(right), float(kw.get("softcap", 0.0)),
             _opt(kw.get("q_descale"), device), _opt(kw.get("k_descale"), device), _opt(kw.get("v_descale"), device),
-            _opt(kw.get("p_scale"), device), _opt(kw.get("out_scale"), device), True, int(kv_tile))
+            _opt(kw.get("p_scale"), device), _opt(kw.get("out_scale"), device), True, int(kv_tile),
+            _opt(kw.get("sinks"), device))
 
 
 def _out_dtype(k, kw):
