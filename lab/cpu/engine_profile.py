@@ -1,0 +1,95 @@
+"""torch.profiler on the worker process of one vLLM CPU engine during decode steps (lab check).
+
+    VLLM_CPU_KVCACHE_SPACE=1 python lab/cpu/engine_profile.py fp8attn|cpu_attn SERVING_DIR OUT_DIR [--eager]
+
+vLLM's own profiler (profiler_config torch) runs in the worker: after a warm-up, one generate of 16 requests of
+32-token prompts x 64 new tokens is recorded; vLLM writes the worker's trace and its self-CPU-time table to
+OUT_DIR. This script then sums the trace: total self time per op name over the profiled steps.
+"""
+import argparse
+import collections
+import glob
+import gzip
+import json
+import os
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def summarize(out_dir: str) -> dict:
+    files = sorted(glob.glob(os.path.join(out_dir, "**", "*.pt.trace.json*"), recursive=True), key=os.path.getmtime)
+    path = files[-1]
+    opener = gzip.open if path.endswith(".gz") else open
+    with opener(path, "rt") as f:
+        trace = json.load(f)
+    events = [e for e in trace["traceEvents"] if e.get("ph") == "X"]
+    # self time: duration minus the durations of direct children on the same thread
+    by_tid = collections.defaultdict(list)
+    for e in events:
+        by_tid[(e["pid"], e["tid"])].append(e)
+    self_us = collections.Counter()
+    total_us = collections.Counter()
+    count = collections.Counter()
+    for evs in by_tid.values():
+        evs.sort(key=lambda e: (e["ts"], -e["dur"]))
+        stack = []
+        for e in evs:
+            while stack and stack[-1]["ts"] + stack[-1]["dur"] <= e["ts"]:
+                stack.pop()
+            if stack:
+                stack[-1]["_child"] = stack[-1].get("_child", 0) + e["dur"]
+            stack.append(e)
+        for e in evs:
+            self_us[e["name"]] += e["dur"] - e.get("_child", 0)
+            total_us[e["name"]] += e["dur"]
+            count[e["name"]] += 1
+    return {"trace": path, "self_us": dict(self_us.most_common()), "total_us": dict(total_us), "count": dict(count)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("backend", choices=["fp8attn", "cpu_attn", "cpu_attn_bf16"])
+    ap.add_argument("model")
+    ap.add_argument("out_dir")
+    ap.add_argument("--eager", action="store_true", help="vLLM's compilation off (enforce_eager)")
+    ap.add_argument("--max-model-len", type=int, default=512)
+    args = ap.parse_args()
+    if args.backend == "fp8attn":
+        os.environ["FP8ATTN_VLLM_CPU"] = "1"
+    from vllm import LLM, SamplingParams
+
+    kw = {"attention_backend": "CUSTOM"} if args.backend == "fp8attn" else {}
+    out_dir = os.path.abspath(args.out_dir)
+    os.makedirs(out_dir, exist_ok=True)
+    llm = LLM(args.model, dtype="bfloat16", max_model_len=args.max_model_len,
+              kv_cache_dtype="auto" if args.backend == "cpu_attn_bf16" else "fp8", seed=0, enforce_eager=args.eager,
+              profiler_config={"profiler": "torch", "torch_profiler_dir": out_dir, "torch_profiler_with_stack": False,
+                               "torch_profiler_use_gzip": False}, **kw)
+    data = (ROOT / "models" / "stdlib-llama" / "heldout.txt").read_bytes()
+    decode = [{"prompt_token_ids": list(data[i * 32:(i + 1) * 32])} for i in range(16)]
+    gen = SamplingParams(temperature=0.0, max_tokens=64, ignore_eos=True)
+    llm.generate(decode, gen, use_tqdm=False)
+    t0 = time.perf_counter()
+    llm.generate(decode, gen, use_tqdm=False)
+    plain = time.perf_counter() - t0
+    llm.start_profile()
+    t0 = time.perf_counter()
+    llm.generate(decode, gen, use_tqdm=False)
+    profiled = time.perf_counter() - t0
+    llm.stop_profile()
+    llm.llm_engine.engine_core.shutdown()
+    time.sleep(2)
+    s = summarize(out_dir)
+    s.update(backend=args.backend, eager=args.eager, steps=64, requests=16, plain_s=plain, profiled_s=profiled,
+             load_average=list(os.getloadavg()))
+    with open(os.path.join(out_dir, "summary.json"), "w") as f:
+        json.dump(s, f, indent=1)
+    print(args.backend, "eager" if args.eager else "compiled", f"plain {plain:.3f} s, profiled {profiled:.3f} s")
+    for name, us in list(s["self_us"].items())[:40]:
+        print(f"{us / 64:10.1f} us/step  {s['count'][name] / 64:6.1f}/step  {name}")
+
+
+if __name__ == "__main__":
+    main()
