@@ -14,9 +14,9 @@
 
 namespace fp8attn::cpu {
 
-// Instruction sets with a kernel, in order of preference.
-enum class Isa : int32_t { Scalar = 0, Avx2 = 1, Avx512 = 2, Avx512Bf16 = 3 };
-constexpr int kNumIsas = 4;
+// Instruction sets with a kernel (isa.cpp orders them by preference).
+enum class Isa : int32_t { Scalar = 0, Avx2 = 1, Avx512 = 2, Avx512Bf16 = 3, Avx512Vbmi = 4 };
+constexpr int kNumIsas = 5;
 
 // Where the keys of one (sequence, kv head) live: row j at k + j*k_row (dense, varlen), or in cache
 // block blocks[j / page] at row j % page (paged).
@@ -74,5 +74,6 @@ Kernel scalar_kernel();
 Kernel avx2_kernel();
 Kernel avx512_kernel();
 Kernel avx512bf16_kernel();
+Kernel avx512vbmi_kernel();
 
 }  // namespace fp8attn::cpu
