@@ -588,13 +588,22 @@ struct KeysKernel {
       return r ? r + g * (is_v ? a.v_group_stride : a.k_group_stride) : nullptr;
     }
 
+    // fn(j, row) for the K (or V) rows of keys [j0, j1) of group 0: one block-table read per cache block.
+    template <class Fn>
+    void for_rows(int32_t j0, int32_t j1, bool is_v, Fn&& fn) const {
+      const KeySource& k = a.keys;
+      const int64_t step = is_v ? k.v_row : k.k_row;
+      for (int32_t j = j0; j < j1;) {
+        const int32_t end = k.blocks ? imin(j1, (j / k.page + 1) * k.page) : j1;
+        for (const uint8_t* r = key_row(k, j, is_v); j < end; ++j, r += step) fn(j, r);
+      }
+    }
     // The rows of keys [j0, j1) of group g into the cache (K or V), ahead of their pass.
     void prefetch(int g, int32_t j0, int32_t j1, bool is_v) const {
       const int64_t gs = g * (is_v ? a.v_group_stride : a.k_group_stride);
-      for (int32_t j = j0; j < j1; ++j) {
-        const char* r = reinterpret_cast<const char*>(key_row(a.keys, j, is_v)) + gs;
-        for (int c = 0; c < lines; ++c) O::prefetch(r + 64 * c);
-      }
+      for_rows(j0, j1, is_v, [&](int32_t, const uint8_t* r) {
+        for (int c = 0; c < lines; ++c) O::prefetch(reinterpret_cast<const char*>(r + gs) + 64 * c);
+      });
     }
     // Rows of tile keys [i0, i1) (offsets from cb) of group g (its cached pointers).
     void prefetch_tile(int g, int i0, int i1, bool is_v) const {
@@ -784,10 +793,9 @@ struct KeysKernel {
       for (int32_t t0 = a.key_begin / tile * tile; t0 < a.key_end; t0 += tile) {
         const int32_t ja = imax(t0, a.key_begin), jb = imin(t0 + tile, a.key_end);
         const int32_t cb = t0 + ((ja - t0) & ~1);
-        for (int32_t j = cb; j < jb; ++j) {
-          krow[j - cb] = j < ja ? nullptr : key_row(a.keys, j, false);
-          vrow[j - cb] = j < ja ? nullptr : key_row(a.keys, j, true);
-        }
+        if (cb < ja) krow[0] = vrow[0] = nullptr;  // the pair-aligned start's key before ja: a zero row
+        for_rows(ja, jb, false, [&](int32_t j, const uint8_t* r) { krow[j - cb] = r; });
+        for_rows(ja, jb, true, [&](int32_t j, const uint8_t* r) { vrow[j - cb] = r; });
         for (int g = 0; g < a.groups; ++g) group_tile(g, ja, jb, cb, floor);
       }
       for (int r = 0; r < a.lanes; ++r) {  // epilogue, vectors over d

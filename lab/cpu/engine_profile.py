@@ -1,10 +1,12 @@
 """torch.profiler on the worker process of one vLLM CPU engine during decode steps (lab check).
 
-    VLLM_CPU_KVCACHE_SPACE=1 python lab/cpu/engine_profile.py fp8attn|cpu_attn SERVING_DIR OUT_DIR [--eager]
+    VLLM_CPU_KVCACHE_SPACE=2 python lab/cpu/engine_profile.py fp8attn|cpu_attn|cpu_attn_bf16 SERVING_DIR OUT_DIR \
+        [--eager] [--requests 16 --prompt 32 --new 64 --max-model-len 512]
 
-vLLM's own profiler (profiler_config torch) runs in the worker: after a warm-up, one generate of 16 requests of
-32-token prompts x 64 new tokens is recorded; vLLM writes the worker's trace and its self-CPU-time table to
-OUT_DIR. This script then sums the trace: total self time per op name over the profiled steps.
+vLLM's own profiler (profiler_config torch) runs in the worker: after a warm-up (which also puts the prompts in
+the prefix cache), one generate of REQUESTS requests of PROMPT random tokens x NEW new tokens is recorded; vLLM
+writes the worker's trace and its self-CPU-time table to OUT_DIR. This script then sums the trace: self time per
+op name over the profiled steps.
 """
 import argparse
 import collections
@@ -13,9 +15,6 @@ import gzip
 import json
 import os
 import time
-from pathlib import Path
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def summarize(out_dir: str) -> dict:
@@ -55,9 +54,13 @@ def main() -> None:
     ap.add_argument("out_dir")
     ap.add_argument("--eager", action="store_true", help="vLLM's compilation off (enforce_eager)")
     ap.add_argument("--max-model-len", type=int, default=512)
+    ap.add_argument("--requests", type=int, default=16)
+    ap.add_argument("--prompt", type=int, default=32)
+    ap.add_argument("--new", type=int, default=64)
     args = ap.parse_args()
     if args.backend == "fp8attn":
         os.environ["FP8ATTN_VLLM_CPU"] = "1"
+    import torch
     from vllm import LLM, SamplingParams
 
     kw = {"attention_backend": "CUSTOM"} if args.backend == "fp8attn" else {}
@@ -67,9 +70,10 @@ def main() -> None:
               kv_cache_dtype="auto" if args.backend == "cpu_attn_bf16" else "fp8", seed=0, enforce_eager=args.eager,
               profiler_config={"profiler": "torch", "torch_profiler_dir": out_dir, "torch_profiler_with_stack": False,
                                "torch_profiler_use_gzip": False}, **kw)
-    data = (ROOT / "models" / "stdlib-llama" / "heldout.txt").read_bytes()
-    decode = [{"prompt_token_ids": list(data[i * 32:(i + 1) * 32])} for i in range(16)]
-    gen = SamplingParams(temperature=0.0, max_tokens=64, ignore_eos=True)
+    g = torch.Generator().manual_seed(0)
+    decode = [{"prompt_token_ids": torch.randint(0, 256, (args.prompt,), generator=g).tolist()}
+              for _ in range(args.requests)]
+    gen = SamplingParams(temperature=0.0, max_tokens=args.new, ignore_eos=True)
     llm.generate(decode, gen, use_tqdm=False)
     t0 = time.perf_counter()
     llm.generate(decode, gen, use_tqdm=False)
@@ -82,13 +86,13 @@ def main() -> None:
     llm.llm_engine.engine_core.shutdown()
     time.sleep(2)
     s = summarize(out_dir)
-    s.update(backend=args.backend, eager=args.eager, steps=64, requests=16, plain_s=plain, profiled_s=profiled,
-             load_average=list(os.getloadavg()))
+    s.update(backend=args.backend, eager=args.eager, steps=args.new, requests=args.requests, prompt=args.prompt,
+             plain_s=plain, profiled_s=profiled, load_average=list(os.getloadavg()))
     with open(os.path.join(out_dir, "summary.json"), "w") as f:
         json.dump(s, f, indent=1)
     print(args.backend, "eager" if args.eager else "compiled", f"plain {plain:.3f} s, profiled {profiled:.3f} s")
     for name, us in list(s["self_us"].items())[:40]:
-        print(f"{us / 64:10.1f} us/step  {s['count'][name] / 64:6.1f}/step  {name}")
+        print(f"{us / args.new:10.1f} us/step  {s['count'][name] / args.new:6.1f}/step  {name}")
 
 
 if __name__ == "__main__":
