@@ -67,6 +67,9 @@ struct ItemArgs {
 struct Kernel {
   size_t (*scratch_bytes)(int32_t head_dim, int32_t tile, int32_t lanes);
   void (*run)(const ItemArgs& a);
+  // The KV cache write's quantization: n 16-bit values (bf16 or fp16) -> the FP8 codes of sat(x · inv_scale),
+  // fp8_encode's bits.
+  void (*encode)(const uint16_t* src, bool bf16, float inv_scale, Fp8Kind kind, uint8_t* dst, int32_t n);
 };
 
 // The kernels, defined in their translation units (the SIMD ones are only called where the CPU runs them).

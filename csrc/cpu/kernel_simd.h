@@ -17,6 +17,7 @@
 
 #include "cpu/cpu_math.h"
 #include "cpu/item.h"
+#include "kernels/numeric/half.h"
 
 namespace fp8attn::cpu {
 namespace {
@@ -526,6 +527,7 @@ struct RowsKernel {
 // lanes x ND column vectors per P·V step), while the next group's rows are fetched into the cache.
 template <class O, class P, int NR, int NKB, int ND>
 struct KeysKernel {
+  using Ops = O;
   using F = typename O::F;
   using M = typename O::M;
   using E = typename P::E;
@@ -835,7 +837,21 @@ struct SimdKernel {
     return r > k ? r : k;
   }
   static void run(const ItemArgs& a) { a.groups > 1 || a.lanes < kKeysBelow ? Keys::run(a) : Rows::run(a); }
-  static Kernel kernel() { return {&scratch_bytes, &run}; }
+  template <Fp8Kind K>
+  static void encode_as(const uint16_t* src, bool bf16, float inv_scale, uint8_t* dst, int32_t n) {
+    using O = typename Keys::Ops;
+    const auto inv = O::set1(inv_scale);
+    int32_t i = 0;
+    for (; i + O::W <= n; i += O::W)
+      O::store_u8(dst + i, fp8_code<O, K>(O::mul(bf16 ? O::load_bf16(src + i) : O::load_fp16(src + i), inv)));
+    for (; i < n; ++i)
+      dst[i] = static_cast<uint8_t>(fp8_code<ScalarOps, K>((bf16 ? bf16_decode(src[i]) : fp16_decode(src[i])) * inv_scale));
+  }
+  static void encode(const uint16_t* src, bool bf16, float inv_scale, Fp8Kind kind, uint8_t* dst, int32_t n) {
+    kind == Fp8Kind::E4M3FN ? encode_as<Fp8Kind::E4M3FN>(src, bf16, inv_scale, dst, n)
+                            : encode_as<Fp8Kind::E4M3FNUZ>(src, bf16, inv_scale, dst, n);
+  }
+  static Kernel kernel() { return {&scratch_bytes, &run, &encode}; }
 };
 
 }  // namespace

@@ -63,21 +63,21 @@ def main() -> None:
     scale = D ** -0.5
 
     # FP8ATTN on the engine's LBNHC cache ([blocks, block, Hkv, 2D] in memory, viewed [blocks, Hkv, block, 2D])
-    kv8 = torch.randint(0, 120, (nb, bs, Hkv, 2 * D), dtype=torch.uint8, generator=g).permute(0, 2, 1, 3)
+    kv8 = torch.randn(nb, bs, Hkv, 2 * D, generator=g).to(torch.float8_e4m3fn).view(torch.uint8).permute(0, 2, 1, 3)
     f_impl = FP8AttnImpl(H, D, scale, Hkv, None, None, "fp8")
-    f_layer = layer(0.05, 0.02, 0.02)
+    f_layer = layer(0.05, 1.0, 1.0)  # K / V values ~N(0, 1) in the cache, as a calibrated model's
     f_meta = FP8AttnMetadata(num_actual_tokens=T, max_query_len=ql, query_start_loc=qsl, max_seq_len=ctx,
                              seq_lens=seq_lens, block_table=table, slot_mapping=slots)
     q8 = (q.float() / 0.05).to(torch.float8_e4m3fn)
 
     # CPU_ATTN on its LBHNC cache
     isa = _get_attn_isa(torch.bfloat16, bs, D, "fp8")
-    kvc = torch.randint(0, 120, (nb, Hkv, bs, 2 * D), dtype=torch.uint8, generator=g)
+    kvc = torch.randn(nb, Hkv, bs, 2 * D, generator=g).to(torch.float8_e4m3fn).view(torch.uint8)
     import vllm.v1.attention.backends.cpu_attn as cpu_attn
     cpu_attn.get_current_vllm_config = lambda: types.SimpleNamespace(  # its __init__ reads the model dtype
         model_config=types.SimpleNamespace(dtype=torch.bfloat16))
     c_impl = CPUAttentionBackendImpl(H, D, scale, Hkv, None, None, "fp8")
-    c_layer = layer(1.0, 0.02, 0.02, isa)
+    c_layer = layer(1.0, 1.0, 1.0, isa)
     meta = ops.cpu_attn_get_scheduler_metadata(B, H, Hkv, D, seq_lens, torch.bfloat16, qsl, True, -1, isa,
                                                envs.VLLM_CPU_ATTN_SPLIT_KV, kv_cache_dtype="fp8")
     c_meta = CPUAttentionMetadata(num_actual_tokens=T, max_query_len=ql, query_start_loc=qsl, max_seq_len=ctx,
