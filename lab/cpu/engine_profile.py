@@ -14,37 +14,37 @@ import glob
 import gzip
 import json
 import os
+import statistics
 import time
 
 
 def summarize(out_dir: str) -> dict:
+    """Per op name in the worker's trace: calls, median inclusive and median self time (us) per call."""
     files = sorted(glob.glob(os.path.join(out_dir, "**", "*.pt.trace.json*"), recursive=True), key=os.path.getmtime)
     path = files[-1]
     opener = gzip.open if path.endswith(".gz") else open
     with opener(path, "rt") as f:
         trace = json.load(f)
-    events = [e for e in trace["traceEvents"] if e.get("ph") == "X"]
-    # self time: duration minus the durations of direct children on the same thread
     by_tid = collections.defaultdict(list)
-    for e in events:
-        by_tid[(e["pid"], e["tid"])].append(e)
-    self_us = collections.Counter()
-    total_us = collections.Counter()
-    count = collections.Counter()
+    for e in trace["traceEvents"]:
+        if e.get("ph") == "X":
+            by_tid[(e["pid"], e["tid"])].append(e)
+    incl, self_ = collections.defaultdict(list), collections.defaultdict(list)
     for evs in by_tid.values():
         evs.sort(key=lambda e: (e["ts"], -e["dur"]))
         stack = []
         for e in evs:
             while stack and stack[-1]["ts"] + stack[-1]["dur"] <= e["ts"]:
                 stack.pop()
-            if stack:
-                stack[-1]["_child"] = stack[-1].get("_child", 0) + e["dur"]
+            if stack:  # a direct child: its time is not its parent's own
+                stack[-1]["_child"] = stack[-1].get("_child", 0.0) + e["dur"]
             stack.append(e)
         for e in evs:
-            self_us[e["name"]] += e["dur"] - e.get("_child", 0)
-            total_us[e["name"]] += e["dur"]
-            count[e["name"]] += 1
-    return {"trace": path, "self_us": dict(self_us.most_common()), "total_us": dict(total_us), "count": dict(count)}
+            incl[e["name"]].append(e["dur"])
+            self_[e["name"]].append(e["dur"] - e.get("_child", 0.0))
+    ops = {n: {"calls": len(v), "median_us": statistics.median(v), "median_self_us": statistics.median(self_[n]),
+               "total_self_us": sum(self_[n])} for n, v in incl.items()}
+    return {"trace": path, "ops": ops}
 
 
 def main() -> None:
@@ -91,8 +91,10 @@ def main() -> None:
     with open(os.path.join(out_dir, "summary.json"), "w") as f:
         json.dump(s, f, indent=1)
     print(args.backend, "eager" if args.eager else "compiled", f"plain {plain:.3f} s, profiled {profiled:.3f} s")
-    for name, us in list(s["self_us"].items())[:40]:
-        print(f"{us / args.new:10.1f} us/step  {s['count'][name] / args.new:6.1f}/step  {name}")
+    steps = max(1, args.new)
+    for name, o in sorted(s["ops"].items(), key=lambda x: -x[1]["total_self_us"])[:30]:
+        print(f"{o['calls'] / steps:6.1f}/step  median {o['median_us']:9.1f} us  "
+              f"self {o['median_self_us']:9.1f} us  {name}")
 
 
 if __name__ == "__main__":
