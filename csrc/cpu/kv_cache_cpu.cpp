@@ -51,7 +51,8 @@ void write_kv_cache_cpu(const at::Tensor& key, const at::Tensor& value, at::Tens
                         const at::Tensor& slot_mapping, const std::optional<at::Tensor>& k_scale,
                         const std::optional<at::Tensor>& v_scale) {
   check_write_kv_cache(key, value, key_cache, value_cache, slot_mapping, k_scale, v_scale);
-  const at::Tensor slots = slot_mapping.slice(0, 0, key.size(0)).to(at::kLong).contiguous();
+  const bool as_is = slot_mapping.scalar_type() == at::kLong && slot_mapping.stride(0) == 1;
+  const at::Tensor slots = as_is ? slot_mapping : slot_mapping.slice(0, 0, key.size(0)).to(at::kLong).contiguous();
   write_one(key, key_cache, slots, k_scale);
   write_one(value, value_cache, slots, v_scale);
 }
