@@ -54,16 +54,23 @@ class CMakeBuild(build_ext):
         subprocess.check_call(["cmake", "--build", ".", "-j", jobs], cwd=build_dir)
 
 
-def _git_commit() -> str:
-    """HEAD's short hash, "-dirty" when tracked files differ from it; "" outside a git checkout."""
+def _git_commit(root: Path = ROOT) -> str:
+    """HEAD's short hash of the git repository whose top level is ``root``, "-dirty" when tracked files differ
+    from it; "unknown" when ``root`` is no repository's top level (a copy of the tree inside another
+    repository must not report that repository's commit) or git is missing."""
     def git(*args: str) -> str:
-        return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, timeout=30).stdout.strip()
+        return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, timeout=30).stdout.strip()
 
     try:
+        top = git("rev-parse", "--show-toplevel")
+        if not top or Path(top).resolve() != root.resolve():
+            return "unknown"
         head = git("rev-parse", "--short", "HEAD")
-        return head + ("-dirty" if head and git("status", "--porcelain", "--untracked-files=no") else "")
+        if not head:  # a repository without commits
+            return "unknown"
+        return head + ("-dirty" if git("status", "--porcelain", "--untracked-files=no") else "")
     except OSError:
-        return ""
+        return "unknown"
 
 
 def _has_ninja() -> bool:
@@ -74,4 +81,5 @@ def _has_ninja() -> bool:
         return False
 
 
-setup(ext_modules=[CMakeExtension("fp8attn._C")], cmdclass={"build_ext": CMakeBuild})
+if __name__ == "__main__":  # as pip's build backend and `python setup.py` run it; tests import _git_commit
+    setup(ext_modules=[CMakeExtension("fp8attn._C")], cmdclass={"build_ext": CMakeBuild})

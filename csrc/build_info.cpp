@@ -1,11 +1,12 @@
 // The commit this extension was built from (setup.py passes it to CMake; "-dirty": with uncommitted
-// changes; "" outside a git checkout): what a benchmark or a bug report records, wherever the wheel is.
+// changes; "unknown" outside the tree's own git repository): what a benchmark or a bug report records,
+// wherever the wheel is.
 #include <torch/library.h>
 
 #include <string>
 
 #ifndef FP8ATTN_COMMIT
-#define FP8ATTN_COMMIT ""
+#define FP8ATTN_COMMIT "unknown"
 #endif
 
 namespace {

@@ -44,7 +44,8 @@ std::vector<Named> named_tensors(const FwdArgs& a) {
   const NamedOpt opt[] = {
       {"cu_seqlens_q", &a.cu_seqlens_q}, {"cu_seqlens_k", &a.cu_seqlens_k}, {"seqused_k", &a.seqused_k},
       {"block_table", &a.block_table},   {"q_descale", &a.q_descale},       {"k_descale", &a.k_descale},
-      {"v_descale", &a.v_descale},       {"p_scale", &a.p_scale},           {"out_scale", &a.out_scale}};
+      {"v_descale", &a.v_descale},       {"p_scale", &a.p_scale},           {"out_scale", &a.out_scale},
+      {"sinks", &a.sinks}};
   for (const auto& [name, o] : opt)
     if (o->has_value()) t.emplace_back(name, &o->value());
   return t;
@@ -146,7 +147,8 @@ Layout check_layout(const FwdArgs& a) {
   TORCH_CHECK_VALUE(v.sizes() == k.sizes(), "v must have k's shape ", k.sizes(), ", got ", v.sizes());
   L.Hkv = k.size(-2);
   TORCH_CHECK_VALUE(k.size(-1) == L.D, "k head dim ", k.size(-1), " must equal q head dim ", L.D);
-  TORCH_CHECK_VALUE(L.Hkv > 0 && L.H % L.Hkv == 0, "the number of q heads (", L.H,
+  TORCH_CHECK_VALUE(L.Hkv > 0, "k must have at least one head (k.shape[-2] = 0)");
+  TORCH_CHECK_VALUE(L.H % L.Hkv == 0, "the number of q heads (", L.H,
                     ") must be a multiple of the number of k/v heads (", L.Hkv, ")");
   TORCH_CHECK_VALUE(out.sizes() == q.sizes(), "out must have q's shape ", q.sizes(), ", got ", out.sizes());
   for (const Named& t : {Named{"q", &q}, Named{"k", &k}, Named{"v", &v}, Named{"out", &out}})
@@ -161,6 +163,8 @@ Layout check_layout(const FwdArgs& a) {
     TORCH_CHECK_VALUE(a.block_table->size(0) == L.B, "block_table must have B = ", L.B, " (", L.batch_from, ") rows, got shape ",
                       a.block_table->sizes());
     TORCH_CHECK_VALUE(k.size(1) > 0, "k block_size (k.shape[1]) must be positive");
+    // (No-sync calls clamp a block-table entry into the cache, which needs a block to clamp to.)
+    TORCH_CHECK_VALUE(k.size(0) > 0, "k, a paged cache, must have at least one block (k.shape[0] = 0)");
   }
   // Sizes that become int32 fields of the params.
   check_fits_int32(L.B, "the batch size");
@@ -204,7 +208,7 @@ int32_t check_scale_shape(const std::optional<at::Tensor>& t, const char* name, 
   if (!t) return 0;
   const int64_t n = t->numel();
   TORCH_CHECK_VALUE(n == 1 || (heads > 1 && n == heads), name, " must have 1 element (per tensor)",
-                    heads > 1 ? " or " + std::to_string(heads) + " (per head: " + heads_from + ")" : std::string(), ", got shape ",
+                    heads != 1 ? " or " + std::to_string(heads) + " (per head: " + heads_from + ")" : std::string(), ", got shape ",
                     t->sizes());
   TORCH_CHECK_VALUE(t->is_contiguous(), name, " must be contiguous");
   return n == 1 ? 0 : 1;
@@ -264,6 +268,26 @@ void check_scale_values(const FwdArgs& a, const Layout& L, const FwdParams& p) {
     TORCH_CHECK_VALUE(std::isfinite(reach), "softmax_scale (", a.softmax_scale, ") x q_descale (", q_s,
                       ") x k_descale (", k_s, t.has_softcap ? ") / softcap" : ") x the largest |q8 . k8|",
                       " overflows float32 (head ", h, "): the logits would not be finite");
+  }
+}
+
+// Attention sinks: float32 [H] (one logit per q head), contiguous; on the host each finite, and finite in
+// the kernels' log2 units (sink x log2(e) in float32). On a device the values are the caller's contract,
+// as the scales' are.
+void check_sinks(const FwdArgs& a, const Layout& L) {
+  if (!a.sinks) return;
+  const at::Tensor& s = *a.sinks;
+  TORCH_CHECK_TYPE(s.scalar_type() == at::kFloat, "sinks must be a float32 tensor, got ", s.scalar_type());
+  TORCH_CHECK_VALUE(s.dim() == 1 && s.size(0) == L.H, "sinks must have shape [H] = [", L.H,
+                    "] (one logit per q head: q.shape[-2]), got shape ", s.sizes());
+  TORCH_CHECK_VALUE(s.is_contiguous(), "sinks must be contiguous, got strides ", s.strides());
+  if (!s.device().is_cpu()) return;
+  const float* v = s.data_ptr<float>();
+  for (int64_t h = 0; h < L.H; ++h) {
+    TORCH_CHECK_VALUE(std::isfinite(v[h]), "sinks must be finite, got ", v[h], " (head ", h, ")");
+    TORCH_CHECK_VALUE(std::isfinite(v[h] * kLog2e), "sinks[", h, "] = ", v[h],
+                      " overflows float32 in the kernels' log2 units (x log2(e)): |sinks| must be at most ",
+                      std::numeric_limits<float>::max() / kLog2e);
   }
 }
 
@@ -413,6 +437,7 @@ void fill_params(const FwdArgs& a, const Layout& L, const IndexInfo& info, FwdPa
   p.p_scale_default = p.fp8_kind == Fp8Kind::E4M3FN ? Fp8Traits<Fp8Kind::E4M3FN>::kDefaultPScale
                                                     : Fp8Traits<Fp8Kind::E4M3FNUZ>::kDefaultPScale;
   p.out_scale = a.out_scale ? a.out_scale->data_ptr<float>() : nullptr;
+  p.sinks = a.sinks ? a.sinks->data_ptr<float>() : nullptr;
   p.softmax_scale = static_cast<float>(a.softmax_scale);
   p.softcap = static_cast<float>(a.softcap);
   p.is_causal = a.causal;
@@ -546,6 +571,7 @@ FwdArgs forward_args(const c10::FunctionSchema& schema, const torch::jit::Stack&
   a.out_scale = arg("out_scale").toOptional<at::Tensor>();
   a.return_softmax_lse = arg("return_softmax_lse").toBool();
   a.kv_tile = arg("kv_tile").toInt();
+  a.sinks = arg("sinks").toOptional<at::Tensor>();
   TORCH_INTERNAL_ASSERT(read == n, schema.name(), " has ", n, " arguments, FwdArgs reads ", read);
   return a;
 }
@@ -562,6 +588,7 @@ FwdPlan make_fwd_params(const FwdArgs& a) {
   p.v_descale_head_stride = check_scale_shape(a.v_descale, "v_descale", L.Hkv, "k.shape[-2]");
   check_scale_shape(a.p_scale, "p_scale", 1, "");
   check_scale_shape(a.out_scale, "out_scale", 1, "");
+  check_sinks(a, L);
   if (p.fp8_kind == Fp8Kind::E4M3FN) {
     check_scale_values<Fp8Kind::E4M3FN>(a, L, p);
   } else {
@@ -572,6 +599,7 @@ FwdPlan make_fwd_params(const FwdArgs& a) {
   FwdPlan plan;
   plan.lse = make_lse(a, L, p);
   plan.params = p;
+  plan.empty = p.batch == 0 || p.num_heads == 0 || p.seqlen_q == 0 || (L.varlen_q && L.T == 0);
   return plan;
 }
 

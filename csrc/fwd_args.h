@@ -16,12 +16,13 @@ namespace fp8attn {
 // The arguments of fp8attn::forward, written once: the schemas of forward and forward_kernel are made
 // of this list (torch_bindings.cpp), FwdArgs is read from a call by these names (forward_args), and
 // the fake implementation and the Python wrapper bind them by name from the registered schema
-// (fp8attn/_fake.py, fp8attn/ops.py).
+// (fp8attn/_fake.py, fp8attn/ops.py). Arguments added later come last, with a default, so that
+// positional callers of the older list keep working.
 inline constexpr char kForwardArgs[] =
     "Tensor q, Tensor k, Tensor v, Tensor(a!) out, Tensor? cu_seqlens_q, Tensor? cu_seqlens_k, Tensor? seqused_k, "
     "int max_seqlen_q, int max_seqlen_k, Tensor? block_table, float softmax_scale, bool causal, int window_left, "
     "int window_right, float softcap, Tensor? q_descale, Tensor? k_descale, Tensor? v_descale, Tensor? p_scale, "
-    "Tensor? out_scale, bool return_softmax_lse, int kv_tile";
+    "Tensor? out_scale, bool return_softmax_lse, int kv_tile, Tensor? sinks=None";
 
 struct FwdArgs {
   at::Tensor q, k, v, out;
@@ -34,6 +35,7 @@ struct FwdArgs {
   std::optional<at::Tensor> q_descale, k_descale, v_descale, p_scale, out_scale;
   bool return_softmax_lse = false;
   int64_t kv_tile = 0;
+  std::optional<at::Tensor> sinks;  // float32 [H]: one attention-sink logit per q head (docs/numerics.md)
 };
 
 // FwdArgs from the arguments of a boxed call of an op whose arguments are kForwardArgs, by name
@@ -43,6 +45,8 @@ FwdArgs forward_args(const c10::FunctionSchema& schema, const torch::jit::Stack&
 struct FwdPlan {
   FwdParams params;
   at::Tensor lse;  // [B, H, Sq] or [H, T]; empty when not requested
+  // No query row or no query head (B, Sq, T or H = 0): the outputs are empty and no kernel runs.
+  bool empty = false;
 };
 
 // Head dims every implementation supports.

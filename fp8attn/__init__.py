@@ -14,7 +14,8 @@ __version__ = "0.1.0"
 
 def build_commit() -> str:
     """The git commit this installation's extension was built from ("-dirty": with uncommitted changes;
-    "" when built outside a checkout). ``FP8ATTN_COMMIT`` overrides it, for a build copied without git."""
+    "unknown" when built outside the source tree's own git repository). ``FP8ATTN_COMMIT`` overrides it, for
+    a build copied without git."""
     import os
 
     import torch

@@ -108,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
           f"{100 * r['identical_to_quantized_ref']:.2f}% of outputs bit-identical to the quantized fp64 reference")
     print(f"  throughput: {r['seconds'] * 1e3:.2f} ms, {r['tflops']:.3f} TFLOP/s, KV read {r['kv_gb_per_s']:.3g} GB/s")
     results = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-               "torch": torch.__version__, "commit": build_commit() or None, "attention": r}
+               "torch": torch.__version__, "commit": build_commit(), "attention": r}
     if not args.no_model:
         results["model"] = _model_comparison(device)
     if args.json:

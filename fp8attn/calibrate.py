@@ -37,7 +37,7 @@ FN_MAX = 448.0  # scales are written for e4m3fn, as Quark does
 
 
 def _calibration_attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None,
-                           sliding_window=None, softcap=None, is_causal=None, **kwargs):
+                           sliding_window=None, softcap=None, is_causal=None, s_aux=None, **kwargs):
     from .integrations.transformers import eager_attention, hf_window
 
     stats = module.__dict__.setdefault("_fp8attn_amax", {})
@@ -50,7 +50,7 @@ def _calibration_attention(module, query, key, value, attention_mask, dropout=0.
     causal = bool(is_causal if is_causal is not None else getattr(module, "is_causal", True))
     o = eager_attention(q, k, v, softmax_scale=float(scaling) if scaling is not None else d ** -0.5,
                         causal=causal, window=hf_window(sliding_window, sk, causal), softcap=float(softcap or 0.0),
-                        keep_k=keep_k, stats=stats)
+                        sinks=s_aux, keep_k=keep_k, stats=stats)
 
     def amax(x, keep):  # x [B, H, S, D], keep [B, S] or None
         if keep is not None:

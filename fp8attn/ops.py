@@ -100,6 +100,7 @@ def forward(
     causal: bool = False,
     window_size: tuple[int, int] = (-1, -1),
     softcap: float = 0.0,
+    sinks: torch.Tensor | None = None,
     q_descale: torch.Tensor | None = None,
     k_descale: torch.Tensor | None = None,
     v_descale: torch.Tensor | None = None,
@@ -136,6 +137,11 @@ def forward(
       causal: causal mask, aligned bottom-right when ``Sq < Sk``.
       window_size: ``(left, right)`` sliding window, -1 = unbounded.
       softcap: logits soft cap ``softcap·tanh(s/softcap)`` (0 = off).
+      sinks: attention sinks (gpt-oss), float32 ``[H]`` on q's device, contiguous: one logit per q head in
+        the units of the final logits (after softmax_scale, the descales and softcap; not itself capped).
+        Each row's softmax gains that logit, which carries no value: it adds ``exp(sink - m)`` to the
+        denominator and nothing to the output, and the lse includes it; a row with no visible key gives 0
+        and lse = sink. Finite (checked on CPU tensors; the caller's contract on a GPU). None: no sinks.
       q_descale, k_descale, v_descale: float32 dequantization scales, 1 element or one per head
         (H for q, Hkv for k/v). None means 1.0. Every scale is positive, finite and within the bounds of
         docs/numerics.md ("Scale bounds"), checked on CPU tensors (the caller's contract on a GPU).
@@ -155,7 +161,7 @@ def forward(
     return _forward(q, k, v, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, seqused_k=seqused_k,
                     max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, block_table=block_table,
                     softmax_scale=softmax_scale, causal=causal, window_size=window_size, softcap=softcap,
-                    q_descale=q_descale, k_descale=k_descale, v_descale=v_descale, p_scale=p_scale,
+                    sinks=sinks, q_descale=q_descale, k_descale=k_descale, v_descale=v_descale, p_scale=p_scale,
                     out_scale=out_scale, out_dtype=out_dtype, out=out, return_softmax_lse=return_softmax_lse,
                     kv_tile=kv_tile)
 
@@ -176,15 +182,16 @@ def kernel_kv_tile(kernel: str) -> int:
 
 
 def _forward(q, k, v, *, cu_seqlens_q=None, cu_seqlens_k=None, seqused_k=None, max_seqlen_q=None, max_seqlen_k=None,
-             block_table=None, softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0, q_descale=None,
-             k_descale=None, v_descale=None, p_scale=None, out_scale=None, out_dtype=None, out=None,
+             block_table=None, softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0, sinks=None,
+             q_descale=None, k_descale=None, v_descale=None, p_scale=None, out_scale=None, out_dtype=None, out=None,
              return_softmax_lse=False, kv_tile: int = 0, _op=None):
     """``forward``'s body; ``_op`` replaces the op (same arguments: ``forward_kernel``)."""
     for name, x in (("q", q), ("k", k), ("v", v)):
         _check_tensor(x, name)
     for name, x in (("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k), ("seqused_k", seqused_k),
                     ("block_table", block_table), ("q_descale", q_descale), ("k_descale", k_descale),
-                    ("v_descale", v_descale), ("p_scale", p_scale), ("out_scale", out_scale), ("out", out)):
+                    ("v_descale", v_descale), ("p_scale", p_scale), ("out_scale", out_scale), ("sinks", sinks),
+                    ("out", out)):
         _check_tensor(x, name, optional=True)
     if out_dtype is not None and not isinstance(out_dtype, torch.dtype):
         raise TypeError(f"out_dtype must be a torch.dtype or None, got {type(out_dtype).__name__}")
@@ -209,7 +216,8 @@ def _forward(q, k, v, *, cu_seqlens_q=None, cu_seqlens_k=None, seqused_k=None, m
         softmax_scale=_float(softmax_scale, "softmax_scale"), causal=_bool(causal, "causal"), window_left=left,
         window_right=right, softcap=_float(softcap, "softcap"), q_descale=q_descale, k_descale=k_descale,
         v_descale=v_descale, p_scale=p_scale, out_scale=out_scale,
-        return_softmax_lse=_bool(return_softmax_lse, "return_softmax_lse"), kv_tile=_int(kv_tile, "kv_tile"))
+        return_softmax_lse=_bool(return_softmax_lse, "return_softmax_lse"), kv_tile=_int(kv_tile, "kv_tile"),
+        sinks=sinks)
     if _op is not None:
         return res
     return (out, res) if return_softmax_lse else out

@@ -15,7 +15,12 @@ implementation follows (docs/numerics.md, "NaN"):
 - a NaN in the k of a key the row does not see never affects the row (masked scores are replaced by
   -inf), and keys outside the sequence are never read; NaN in the v of a masked key inside the
   sequence is unspecified (the kernels multiply it by P = 0, and 0 * NaN = NaN);
-- rows with no visible key give 0 and lse = -inf; ±inf in a 16-bit q saturates like any large value.
+- rows with no visible key give 0 and lse = -inf (with ``sinks``: 0 and lse = the row's sink); ±inf in a
+  16-bit q saturates like any large value.
+
+Attention sinks (``sinks``, one logit per q head in the units of the final logits) add one term to each
+row's softmax that carries no value: ``exp(sink - m)`` in the denominator, nothing in the output; the
+lse includes it.
 """
 
 from __future__ import annotations
@@ -51,6 +56,11 @@ def _scale(t: torch.Tensor | None, heads: int) -> torch.Tensor:
         return torch.ones(heads, dtype=torch.float64)
     t = t.detach().double().cpu().reshape(-1)
     return t.expand(heads) if t.numel() == 1 else t
+
+
+def _sinks(sinks: torch.Tensor | None) -> torch.Tensor | None:
+    """The sinks as fp64 ``[H, 1, 1]`` (natural units), or None."""
+    return None if sinks is None else sinks.detach().double().cpu().reshape(-1, 1, 1)
 
 
 def sequences(q, k, v, *, cu_seqlens_q=None, cu_seqlens_k=None, seqused_k=None, block_table=None,
@@ -133,39 +143,46 @@ def _place(o_all, lse_all, q, seq: Sequence, o, lse):
         lse_all[seq.b, :, seq.q_rows] = lse
 
 
-def ideal_attention(q, k, v, *, softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
+def ideal_attention(q, k, v, *, softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0, sinks=None,
                     q_descale=None, k_descale=None, v_descale=None, **kw) -> tuple[torch.Tensor, torch.Tensor]:
     """Exact fp64 attention on the dequantized inputs. Returns ``(O, lse)`` in fp64 (O is the real-valued
-    output, before any output quantization); rows with no visible key give 0 and lse = -inf."""
+    output, before any output quantization); rows with no visible key give 0 and lse = -inf (the sink with
+    ``sinks``)."""
     o_all, lse_all = _empty_like_outputs(q)
+    sink = _sinks(sinks)
     for seq in sequences(q, k, v, q_descale=q_descale, **kw):
         s = _logits(seq, softmax_scale=softmax_scale, softcap=softcap, q_descale=q_descale, k_descale=k_descale,
                     causal=causal, window_size=window_size)
         H, Hkv = seq.q8.shape[0], seq.v8.shape[0]
         v_real = (seq.v8 * _scale(v_descale, Hkv).view(Hkv, 1, 1)).repeat_interleave(H // Hkv, 0)
-        lse = torch.logsumexp(s, dim=-1)
+        terms = s if sink is None else torch.cat([s, sink.expand(H, s.shape[1], 1)], dim=-1)
+        lse = torch.logsumexp(terms, dim=-1)
         p = torch.where(lse.unsqueeze(-1) == -math.inf, 0.0, torch.exp(s - lse.unsqueeze(-1)))  # empty rows: 0
         o = p @ v_real
         _place(o_all, lse_all, q, seq, o, lse)
     return o_all, lse_all
 
 
-def quantized_attention(q, k, v, *, kv_tile: int | None = None, l_mode: str = "quantized", softmax_scale=None,
-                        causal=False, window_size=(-1, -1), softcap=0.0, q_descale=None, k_descale=None,
-                        v_descale=None, p_scale=None, out_scale=None, out_dtype=None,
-                        **kw) -> tuple[torch.Tensor, torch.Tensor]:
+def quantized_attention(q, k, v, *, kv_tile: int | None = None, l_mode: str = "quantized",
+                        sink_in_max: bool = False, softmax_scale=None, causal=False, window_size=(-1, -1),
+                        softcap=0.0, q_descale=None, k_descale=None, v_descale=None, p_scale=None, out_scale=None,
+                        out_dtype=None, **kw) -> tuple[torch.Tensor, torch.Tensor]:
     """docs/design.md §1 in fp64 with every quantization point, tiled like the kernels.
 
     Args:
       kv_tile: KV tile length of the online softmax (None: one tile spanning all keys).
       l_mode: ``"quantized"`` sums the FP8 values of P (numerator and denominator consistent, the
         kernels' choice); ``"exact"`` sums the unquantized p (vLLM's ROCm Triton kernel).
+      sink_in_max: with ``sinks``, whether the running max starts at the sink (vLLM's Triton kernel: P is
+        then quantized against max(sink, logits)); False, the kernels' choice, adds the sink once after the
+        last tile (docs/numerics.md, "Attention sinks").
 
     Returns ``(out, lse)`` as ``forward`` does: out in the output dtype, lse float32.
     """
-    b = _quantized(q, k, v, kv_tile=kv_tile, l_mode=l_mode, tie_tol=None, softmax_scale=softmax_scale, causal=causal,
-                   window_size=window_size, softcap=softcap, q_descale=q_descale, k_descale=k_descale,
-                   v_descale=v_descale, p_scale=p_scale, out_scale=out_scale, out_dtype=out_dtype, **kw)
+    b = _quantized(q, k, v, kv_tile=kv_tile, l_mode=l_mode, sink_in_max=sink_in_max, tie_tol=None,
+                   softmax_scale=softmax_scale, causal=causal, window_size=window_size, softcap=softcap,
+                   q_descale=q_descale, k_descale=k_descale, v_descale=v_descale, p_scale=p_scale,
+                   out_scale=out_scale, out_dtype=out_dtype, **kw)
     return b.out, b.lse
 
 
@@ -206,7 +223,7 @@ def quantized_attention_bounds(q, k, v, *, tie_tol: float = 2.0**-20, kv_tile: i
     """
     if tie_tol < 0:
         raise ValueError(f"tie_tol must be >= 0, got {tie_tol}")
-    return _quantized(q, k, v, kv_tile=kv_tile, l_mode=l_mode, tie_tol=tie_tol, **kw)
+    return _quantized(q, k, v, kv_tile=kv_tile, l_mode=l_mode, sink_in_max=False, tie_tol=tie_tol, **kw)
 
 
 def _normalize(acc: torch.Tensor, l_sum: torch.Tensor, m: torch.Tensor, ps: float, v_scale: torch.Tensor):
@@ -217,9 +234,9 @@ def _normalize(acc: torch.Tensor, l_sum: torch.Tensor, m: torch.Tensor, ps: floa
     return o, lse
 
 
-def _quantized(q, k, v, *, kv_tile, l_mode, tie_tol, softmax_scale=None, causal=False, window_size=(-1, -1),
-               softcap=0.0, q_descale=None, k_descale=None, v_descale=None, p_scale=None, out_scale=None,
-               out_dtype=None, **kw) -> QuantizedBounds:
+def _quantized(q, k, v, *, kv_tile, l_mode, sink_in_max, tie_tol, softmax_scale=None, causal=False,
+               window_size=(-1, -1), softcap=0.0, sinks=None, q_descale=None, k_descale=None, v_descale=None,
+               p_scale=None, out_scale=None, out_dtype=None, **kw) -> QuantizedBounds:
     """The quantized reference; with ``tie_tol`` not None also the tie bounds (else they alias the result)."""
     if l_mode not in ("quantized", "exact"):
         raise ValueError(f"l_mode must be 'quantized' or 'exact', got {l_mode!r}")
@@ -229,6 +246,8 @@ def _quantized(q, k, v, *, kv_tile, l_mode, tie_tol, softmax_scale=None, causal=
     inv_ps = float(torch.tensor(1.0 / ps, dtype=torch.float32))  # the kernels multiply by the fp32 reciprocal
     pmax = fp8_max(fp8)
     bounds = tie_tol is not None
+    sink = _sinks(sinks)
+    sink2 = None if sink is None else sink * _LOG2E
 
     def quantize_p(x: torch.Tensor) -> torch.Tensor:
         return x.clamp(max=pmax).float().to(fp8).double()
@@ -246,6 +265,8 @@ def _quantized(q, k, v, *, kv_tile, l_mode, tie_tol, softmax_scale=None, causal=
         v8 = seq.v8.repeat_interleave(H // Hkv, 0)
         m = torch.full((H, Sq, 1), -math.inf, dtype=torch.float64)
         l_sum = torch.zeros(H, Sq, 1, dtype=torch.float64)
+        if sink2 is not None and sink_in_max:  # the sink's term exp2(sink - m) = 1 at m = sink
+            m, l_sum = sink2.expand(H, Sq, 1).clone(), torch.ones(H, Sq, 1, dtype=torch.float64)
         acc = torch.zeros(H, Sq, D, dtype=torch.float64)
         if bounds:
             l_lo, l_hi = l_sum.clone(), l_sum.clone()
@@ -281,6 +302,16 @@ def _quantized(q, k, v, *, kv_tile, l_mode, tie_tol, softmax_scale=None, causal=
                 v_pos, v_neg = vt.clamp(min=0.0), vt.clamp(max=0.0)
                 acc_lo = acc_lo * alpha + p8_lo @ v_pos + p8_hi @ v_neg
                 acc_hi = acc_hi * alpha + p8_hi @ v_pos + p8_lo @ v_neg
+        if sink2 is not None and not sink_in_max:  # softmax.h's add_sink, once after the last tile
+            m_new = torch.maximum(m, sink2)  # (NaN propagates)
+            alpha = torch.exp2(m - m_new)  # a row that saw nothing: 0
+            l_sum = l_sum * alpha + torch.exp2(sink2 - m_new)
+            acc = acc * alpha
+            if bounds:
+                l_lo = l_lo * alpha + torch.exp2(sink2 - m_new)
+                l_hi = l_hi * alpha + torch.exp2(sink2 - m_new)
+                acc_lo, acc_hi = acc_lo * alpha, acc_hi * alpha
+            m = m_new
         v_scale = _scale(v_descale, Hkv).repeat_interleave(H // Hkv).view(H, 1, 1)
         o, lse = _normalize(acc, l_sum, m, ps, v_scale)
         _place(o_all, lse_all, q, seq, o, lse)

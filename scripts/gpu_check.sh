@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The one GPU command: on any CUDA machine, build fp8attn with its GPU kernels, run the GPU test
-# suite, optionally compute-sanitizer, the benchmark and FlashAttention-3's FP8 kernel beside it;
-# results in OUTDIR.
+# suite, optionally compute-sanitizer, the benchmark (FlashAttention-3's FP8 kernel among its peers
+# when built or named); results in OUTDIR.
 #
 #   scripts/gpu_check.sh [OUTDIR]          (default: gpu-results/)
 # Knobs (env): FP8ATTN_HEAD_DIMS / FP8ATTN_FP8_KINDS (build filter), TORCH_CUDA_ARCH_LIST (default:
@@ -9,8 +9,8 @@
 # SKIP_BUILD=1, SKIP_TESTS=1, SKIP_BENCH=1, SKIP_PORTABLE=1 (no f16 / mma.sync-decode test passes on Hopper),
 # STEP_TIMEOUT (seconds per test / sanitizer / bench step, default 1200: a kernel that hangs fails
 # its step instead of the whole run); FA3_DIR (a flash-attention checkout's hopper/) and
-# CUTLASS_DIR (the CUTLASS it pins): after the benchmark, build lab/standalone/fa3_peer (sm_90a)
-# and time it on the benchmark's prefill shapes (OUTDIR/fa3_peer.txt; FA3_ARGS, e.g. "--seconds 3").
+# CUTLASS_DIR (the CUTLASS it pins): before the benchmark, build lab/standalone/fa3_peer (sm_90a), which
+# the benchmark then runs as its FA3 FP8 peer (FP8ATTN_FA3_PEER; set that alone for a binary built elsewhere).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUTDIR=${1:-gpu-results}
@@ -65,19 +65,18 @@ if [ -z "${SKIP_SANITIZE:-}" ]; then
     tail -4 "$OUTDIR/sanitizer_$tool.log"
   done
 fi
-if [ -z "${SKIP_BENCH:-}" ]; then
-  echo "== bench"
-  timeout "$T" python3 -m fp8attn.bench --out-dir "$OUTDIR" ${BENCH_ARGS:-} 2>"$OUTDIR/bench.err" || rc=1
-fi
 if [ -n "${FA3_DIR:-}" ]; then
-  echo "== FlashAttention-3 FP8 peer (FA3_DIR=$FA3_DIR)"
+  echo "== FlashAttention-3 FP8 peer build (FA3_DIR=$FA3_DIR)"
   mkdir -p build/standalone
   if FA3_DIR=$FA3_DIR CUTLASS_DIR=${CUTLASS_DIR:?CUTLASS_DIR: the CUTLASS that FA3_DIR pins} \
        bash lab/standalone/fa3_peer/build.sh build/standalone/fa3_peer >"$OUTDIR/fa3_build.log" 2>&1; then
-    timeout "$T" build/standalone/fa3_peer ${FA3_ARGS:-} 2>&1 | tee "$OUTDIR/fa3_peer.txt"
-    [ "${PIPESTATUS[0]}" = 0 ] || rc=1
+    export FP8ATTN_FA3_PEER=$PWD/build/standalone/fa3_peer
   else
     tail -30 "$OUTDIR/fa3_build.log"; echo "FA3 PEER BUILD FAILED"; rc=1
   fi
+fi
+if [ -z "${SKIP_BENCH:-}" ]; then
+  echo "== bench${FP8ATTN_FA3_PEER:+ (FA3 FP8: $FP8ATTN_FA3_PEER)}"
+  timeout "$T" python3 -m fp8attn.bench --out-dir "$OUTDIR" ${BENCH_ARGS:-} 2>"$OUTDIR/bench.err" || rc=1
 fi
 exit $rc

@@ -56,10 +56,13 @@ def make_case(
     softcap: float = 0.0,
     p_scale: float | None = None,
     block_size: int = 16,
+    sinks: bool = False,
     seed: int = 0,
     device: str | torch.device = "cpu",
 ) -> Case:
-    """One random problem. layout: 'dense' (all q_lens / k_lens equal), 'varlen' or 'paged'."""
+    """One random problem. layout: 'dense' (all q_lens / k_lens equal), 'varlen' or 'paged'. sinks: one
+    attention-sink logit per q head, spread from well below to well above the rows' largest logits (drawn
+    after everything else, so a case's other inputs do not depend on it)."""
     gen = torch.Generator().manual_seed(seed)
     B = len(q_lens)
     D = head_dim
@@ -121,6 +124,10 @@ def make_case(
         k8, v8 = kc, vc
         kw["block_table"] = table
         kw["seqused_k"] = torch.tensor(k_lens, dtype=torch.int32)
+    if sinks:
+        # The logits' spread: each is a sum of D products over sqrt(D) (the default softmax_scale).
+        spread = float(q_real.std() * k_real.std()) if q_real.numel() > 1 and k_real.numel() > 1 else 1.0
+        kw["sinks"] = (torch.randn(heads, generator=gen) * 2.5 * spread).float()
     case = Case(q, k8, v8, kw)
     return to_device(case, device)
 

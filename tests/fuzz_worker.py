@@ -25,7 +25,7 @@ FP8 = {"e4m3fn": torch.float8_e4m3fn, "e4m3fnuz": torch.float8_e4m3fnuz}
 DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int32, torch.int64, torch.uint8,
           torch.bool, torch.float8_e4m3fn, torch.float8_e4m3fnuz]
 TENSOR_ARGS = ["q", "k", "v", "out", "cu_seqlens_q", "cu_seqlens_k", "seqused_k", "block_table", "q_descale",
-               "k_descale", "v_descale", "p_scale", "out_scale"]
+               "k_descale", "v_descale", "p_scale", "out_scale", "sinks"]
 SCALAR_VALUES = {
     "softmax_scale": [0.0, -1.0, float("nan"), float("inf"), 1e39, 1e-50, 1e36, 1e-3, 10.0, "0.1", None, 2**70],
     "softcap": [-1.0, float("nan"), float("inf"), 1e39, 1e-45, 1e-20, 0.5, 30.0, "1", None],
@@ -59,7 +59,7 @@ def base_call(desc: dict) -> dict:
                      per_head=rng.random() < 0.3, fp8_out=desc["fp8_out"], causal=mask == "causal",
                      window=(rng.randint(0, 6), rng.randint(0, 3)) if mask == "window" else (-1, -1),
                      softcap=rng.choice([0.0, 0.0, 5.0]), p_scale=rng.choice([None, 1 / 448, 1 / 256]),
-                     block_size=rng.choice([4, 16]), seed=desc["seed"])
+                     block_size=rng.choice([4, 16]), sinks=rng.random() < 0.3, seed=desc["seed"])
     (q, k, v), kw = case.call_args()
     call = dict(q=q, k=k, v=v, **kw, return_softmax_lse=True)
     if rng.random() < 0.5:  # a caller's out, poisoned
@@ -82,16 +82,77 @@ def _like(t: torch.Tensor, shape, rng: random.Random) -> torch.Tensor:
     return flat[idx].reshape(shape).clone()
 
 
+def empty(call: dict, dim: str) -> dict:
+    """The call with one size set to 0 wherever it occurs (q/k/v/out, the index tensors, a per-head scale
+    becomes per tensor), nothing else changed: B, Sq, T (q rows), Sk, Tk (k rows), H, Hkv, D, and for a paged
+    cache blocks, block_size and pages (block-table columns, no keys used)."""
+    q = call["q"]
+
+    def cut(axis: int, *names: str) -> None:
+        for name in names:
+            if name in call:
+                call[name] = call[name].narrow(axis, 0, 0)
+
+    def per_tensor(*names: str) -> None:
+        for name in names:
+            if name in call and call[name].numel() > 1:
+                call[name] = call[name][:1].clone()
+
+    def zeros(n: int) -> torch.Tensor:
+        return torch.zeros(n, dtype=torch.int32)
+
+    B = q.shape[0] if q.dim() == 4 else call["cu_seqlens_q"].numel() - 1
+    if dim == "B":
+        if q.dim() == 4:
+            cut(0, "q", "out", "k", "v")
+        else:
+            cut(0, "q", "out")
+            call["cu_seqlens_q"] = zeros(1)
+            if "cu_seqlens_k" in call:
+                cut(0, "k", "v")
+                call["cu_seqlens_k"] = zeros(1)
+            if "block_table" in call:
+                call["seqused_k"], call["block_table"] = zeros(0), call["block_table"][:0]
+    elif dim in ("Sq", "T"):
+        cut(q.dim() - 3, "q", "out")
+        if dim == "T":
+            call["cu_seqlens_q"] = zeros(B + 1)
+    elif dim in ("Sk", "Tk"):
+        cut(call["k"].dim() - 3, "k", "v")
+        if dim == "Tk":
+            call["cu_seqlens_k"] = zeros(B + 1)
+    elif dim == "H":
+        cut(-2, "q", "out")
+        per_tensor("q_descale")
+    elif dim == "Hkv":
+        cut(-2, "k", "v")
+        per_tensor("k_descale", "v_descale")
+    elif dim == "D":
+        cut(-1, "q", "k", "v", "out")
+    elif dim in ("blocks", "block_size"):
+        cut(0 if dim == "blocks" else 1, "k", "v")
+    elif dim == "pages":
+        call["block_table"], call["seqused_k"] = call["block_table"][:, :0], zeros(B)
+    else:
+        raise ValueError(f"unknown empty dimension {dim}")
+    return call
+
+
 def mutate(call: dict, m: dict, rng: random.Random) -> dict:
-    """Apply one mutation to one argument (m: class, arg, choice)."""
+    """Apply one mutation to one argument (m: class, arg, choice; the empty class: dim, arg the argument a
+    refusal must name)."""
     cls, arg, pick = m["class"], m["arg"], m["pick"]
     if arg == "p_scale" and "p_scale" not in call and cls not in ("type", "scalar"):
         call["p_scale"] = torch.tensor([fp8attn.default_p_scale(call["k"].dtype)])
+    if arg == "sinks" and "sinks" not in call and cls not in ("type", "scalar"):
+        call["sinks"] = torch.linspace(-4.0, 6.0, call["q"].shape[-2])
     if arg == "out" and "out" not in call and cls != "type":
         dtype = fp8attn.resolve_out_dtype(call["q"], call["k"], call.get("out_scale"), None)
         call["out"] = torch.empty(call["q"].shape, dtype=dtype)
     t = call.get(arg)
-    if cls == "scalar":
+    if cls == "empty":
+        call = empty(call, m["dim"])
+    elif cls == "scalar":
         values = SCALAR_VALUES[arg]
         call[arg] = values[pick % len(values)]
     elif cls == "type":
@@ -123,7 +184,12 @@ def mutate(call: dict, m: dict, rng: random.Random) -> dict:
         elif choice == 2:  # another dim order in memory
             call[arg] = t.transpose(0, 1).contiguous().transpose(0, 1)
         else:  # stride 0 along the first dim (same value everywhere along it)
-            call[arg] = t[:1].expand(t.shape)
+            first = t[:1]
+            if arg == "v" and t.dtype in NAN_CODE:  # a paged cache's block 0 may hold the NaN-poisoned unused
+                first = first.clone()  # rows, which this makes keys' values: no NaN in v (see "value")
+                codes = first.view(torch.uint8)
+                codes[codes == NAN_CODE[t.dtype]] = 0
+            call[arg] = first.expand(t.shape)
     elif cls == "device":
         call[arg] = t.to("meta")
     elif cls == "value":

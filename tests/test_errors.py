@@ -131,6 +131,18 @@ CASES = [
     ("v_descale must be positive and finite", ValueError, lambda: dense(v_descale=torch.tensor([float("inf")]))),
     ("p_scale must be positive and finite", ValueError, lambda: dense(p_scale=torch.tensor([float("nan")]))),
     ("k_descale must be positive", ValueError, lambda: dense(k_descale=torch.tensor([-1.0]))),
+    # attention sinks: float32 [H], contiguous, finite (and finite in log2 units)
+    ("sinks must be a float32 tensor, got BFloat16", TypeError,
+     lambda: dense(sinks=torch.zeros(4, dtype=torch.bfloat16))),
+    ("sinks must have shape \\[H\\] = \\[4\\] .*got shape \\[2\\]", ValueError, lambda: dense(sinks=torch.zeros(2))),
+    ("sinks must have shape", ValueError, lambda: dense(sinks=torch.zeros(1, 4))),
+    ("sinks must have shape", ValueError, lambda: dense(sinks=torch.tensor(0.0))),
+    ("sinks must be contiguous", ValueError, lambda: dense(sinks=torch.zeros(8)[::2])),
+    ("sinks must be finite, got nan \\(head 2\\)", ValueError,
+     lambda: dense(sinks=torch.tensor([0, 1, float("nan"), 0]))),
+    ("sinks must be finite, got -inf", ValueError, lambda: dense(sinks=torch.tensor([0, float("-inf"), 0, 0]))),
+    ("sinks\\[3\\] = .* overflows float32 in the kernels' log2 units", ValueError,
+     lambda: dense(sinks=torch.tensor([0, 0, 0, 3e38]))),
     # scalars
     ("softmax_scale", ValueError, lambda: dense(softmax_scale=float("nan"))),
     ("softmax_scale", ValueError, lambda: dense(softmax_scale=-1.0)),
@@ -160,6 +172,36 @@ def test_valid_inputs_pass():
         call(make())
 
 
+# ---- zero sizes (tests/test_fuzz.py's empty class: each size of each layout)
+
+def _cut(args: dict, axis: int, *names: str) -> dict:
+    return {**args, **{n: args[n].narrow(axis, 0, 0) for n in names}}
+
+
+def test_no_query_heads_gives_the_empty_result():
+    """H = 0 beside Hkv = 2 (a GQA group of 0: once a division by zero, SIGFPE)."""
+    for make in (dense, varlen, paged):
+        args = _cut(make(), -2, "q")
+        out, lse = call({**args, "return_softmax_lse": True})
+        assert out.shape == args["q"].shape and lse.numel() == 0 and lse.shape[-2 if make is dense else 0] == 0
+
+
+def test_no_keys_gives_zero_and_minus_inf():
+    out, lse = call({**_cut(dense(), 1, "k", "v"), "return_softmax_lse": True})
+    assert out.shape == (2, 8, 4, 64) and torch.all(out.float() == 0) and torch.all(lse == -torch.inf)
+
+
+@pytest.mark.parametrize("match,make", [
+    ("k must have at least one head", lambda: _cut(dense(), -2, "k", "v")),
+    ("k, a paged cache, must have at least one block", lambda: _cut(paged(), 0, "k", "v")),
+    ("k block_size", lambda: _cut(paged(), 1, "k", "v")),
+    ("head dim \\(q.shape\\[-1\\]\\) 0", lambda: _cut(dense(), -1, "q", "k", "v")),
+])
+def test_zero_sizes_refused_by_name(match, make):
+    with pytest.raises(ValueError, match=match):
+        call(make())
+
+
 # ---- every class of bad input of issue 24, each refused by name
 
 def _meta(x: torch.Tensor) -> torch.Tensor:
@@ -167,10 +209,10 @@ def _meta(x: torch.Tensor) -> torch.Tensor:
 
 
 @pytest.mark.parametrize("name", ["q", "k", "v", "out", "cu_seqlens_q", "cu_seqlens_k", "q_descale", "k_descale",
-                                  "v_descale", "p_scale", "out_scale"])
+                                  "v_descale", "p_scale", "out_scale", "sinks"])
 def test_meta_tensor_among_cpu_tensors(name):
     """A meta tensor among real ones: the dispatcher picks the fake implementation, which refuses it."""
-    args = varlen(p_scale=torch.tensor([1 / 256]))
+    args = varlen(p_scale=torch.tensor([1 / 256]), sinks=torch.zeros(4))
     if name == "out":
         args["out"] = torch.empty(args["q"].shape, dtype=args["k"].dtype, device="meta")
     else:
@@ -202,7 +244,7 @@ def test_all_meta_call_gives_shapes():
 def test_fake_tensors_still_trace():
     """Under torch.compile(fullgraph=True) every argument is a FakeTensor of one device: the fake's device
     check passes (paged call: every optional tensor present)."""
-    args = paged(p_scale=torch.tensor([1 / 256]))
+    args = paged(p_scale=torch.tensor([1 / 256]), sinks=torch.linspace(-3, 3, 4))
     q, k, v = args.pop("q"), args.pop("k"), args.pop("v")
 
     def f(q, k, v):
@@ -254,6 +296,7 @@ INT_CASES = [
     ("return_softmax_lse must be a bool, got int", TypeError, dict(return_softmax_lse=1)),
     ("out_dtype must be a torch.dtype or None, got str", TypeError, dict(out_scale=None, out_dtype="bfloat16")),
     ("q_descale must be a torch.Tensor or None, got float", TypeError, dict(q_descale=0.5)),
+    ("sinks must be a torch.Tensor or None, got list", TypeError, dict(sinks=[0.0] * 4)),
 ]
 
 
@@ -315,7 +358,15 @@ def _out_over_k():
     return {**a, "k": k, "out": buf[: a["q"].numel()].view(a["q"].shape)}
 
 
+def _out_over_sinks():
+    """bf16 out and float32 sinks as views of one buffer."""
+    a = dense(out_scale=None)
+    buf = torch.empty(a["q"].numel() * 2, dtype=torch.uint8)
+    return {**a, "out": buf.view(torch.bfloat16).view(a["q"].shape), "sinks": buf[16:32].view(torch.float32)}
+
+
 OVERLAP_CASES = [
+    ("out must not share memory with sinks", _out_over_sinks),
     ("out must not overlap itself", lambda: {**(a := dense()), "out": torch.empty(1, 1, 4, 64, dtype=F8).expand(
         a["q"].shape)}),
     ("out must not share memory with q", lambda: {**(a := _bf16_call()), "out": a["q"]}),
@@ -377,6 +428,13 @@ def test_p_scale_bound(fp8, bound):
 def test_degenerate_scales(match, over):
     with pytest.raises(ValueError, match=match):
         call(dense(**over()))
+
+
+def test_finite_sinks_at_the_bound_pass():
+    """The largest sinks whose log2-unit value is finite in float32 are valid: their term dominates every row."""
+    big = torch.finfo(torch.float32).max / 1.4426950408889634 * 0.999
+    out = call(dense(out_scale=None, sinks=torch.tensor([-big, big, 0.0, -1e30])))
+    assert torch.isfinite(out.float()).all() and (out[:, :, 1] == 0).all()
 
 
 def test_fp8_q_descale_is_not_inverted():

@@ -68,12 +68,14 @@ def assert_matches_reference(out: torch.Tensor, lse: torch.Tensor, ref: Quantize
     per_head=st.booleans(),
     kv_tile=st.sampled_from([16, 32, 64, 128]),
     block_size=st.sampled_from([16, 32]),
+    sinks=st.booleans(),
     seed=st.integers(0, 2**16),
 )
 @example(layout="dense", batch=1, q_len=5, k_extra=76, group=(6, 1), head_dim=64, fp8=torch.float8_e4m3fnuz,
-         q_dtype="fp8", fp8_out=True, mask="none", softcap=7.5, per_head=False, kv_tile=16, block_size=16, seed=1215)
+         q_dtype="fp8", fp8_out=True, mask="none", softcap=7.5, per_head=False, kv_tile=16, block_size=16, sinks=False,
+         seed=1215)
 def test_matches_quantized_reference(layout, batch, q_len, k_extra, group, head_dim, fp8, q_dtype, fp8_out, mask,
-                                     softcap, per_head, kv_tile, block_size, seed):
+                                     softcap, per_head, kv_tile, block_size, sinks, seed):
     g = torch.Generator().manual_seed(seed)
     if layout == "dense":
         q_lens, k_lens = [q_len] * batch, [q_len + k_extra] * batch
@@ -84,7 +86,7 @@ def test_matches_quantized_reference(layout, batch, q_len, k_extra, group, head_
     case = make_case(layout=layout, q_lens=q_lens, k_lens=k_lens, heads=group[0], kv_heads=group[1],
                      head_dim=head_dim, fp8=fp8, q_dtype=fp8 if q_dtype == "fp8" else q_dtype, per_head=per_head,
                      fp8_out=fp8_out, causal=mask.startswith("causal"), window=window, softcap=softcap,
-                     block_size=block_size, seed=seed)
+                     block_size=block_size, sinks=sinks, seed=seed)
     check_against_reference(case, kv_tile)
 
 
@@ -265,8 +267,9 @@ def test_default_scales_and_dtypes():
     assert fp8attn.forward(q, q, q, out_dtype=torch.float16).dtype == torch.float16
 
 
-def test_torch_compile_fullgraph():
-    case = make_case(q_lens=[16] * 2, k_lens=[32] * 2, head_dim=64, causal=True, seed=41)
+@pytest.mark.parametrize("sinks", [False, True])
+def test_torch_compile_fullgraph(sinks):
+    case = make_case(q_lens=[16] * 2, k_lens=[32] * 2, head_dim=64, causal=True, sinks=sinks, seed=41)
     (q, k, v), kw = case.call_args()
 
     def f(q, k, v):
@@ -279,11 +282,11 @@ def test_torch_compile_fullgraph():
 
 
 def test_opcheck():
-    case = make_case(layout="varlen", q_lens=[7, 9], k_lens=[20, 9], head_dim=64, causal=True, seed=43)
+    case = make_case(layout="varlen", q_lens=[7, 9], k_lens=[20, 9], head_dim=64, causal=True, sinks=True, seed=43)
     (q, k, v), kw = case.call_args()
     out = torch.empty(q.shape, dtype=k.dtype)
     args = (q, k, v, out, kw["cu_seqlens_q"], kw["cu_seqlens_k"], None, 9, 20, None, 0.125, True, -1, -1, 0.0,
-            kw["q_descale"], kw["k_descale"], kw["v_descale"], None, kw["out_scale"], True, 0)
+            kw["q_descale"], kw["k_descale"], kw["v_descale"], None, kw["out_scale"], True, 0, kw["sinks"])
     torch.library.opcheck(torch.ops.fp8attn.forward.default, args,
                           test_utils=("test_faketensor", "test_aot_dispatch_dynamic"))
 
@@ -296,3 +299,102 @@ def test_kernel_name_and_kv_tile() -> None:
     assert fp8attn.kernel_kv_tile("fwd_sm90a_hd128_e4m3fn_band_kv128") == 128
     assert fp8attn.kernel_kv_tile("fwd_sm90a_hd256_e4m3fn_nomask") == 64
     assert fp8attn.kernel_kv_tile("fwd_sm90_hd128_e4m3fn_band") == 64
+
+
+# ---- attention sinks (gpt-oss): one logit per q head in the denominator only (docs/numerics.md)
+
+
+@pytest.mark.parametrize("q_len", [1, 3, 16])
+def test_sinks_decode_long_kv(q_len):
+    """Decode-like rows (q_len 1..16 per sequence, GQA, a paged cache of long sequences) with sinks."""
+    case = make_case(layout="paged", q_lens=[q_len] * 3, k_lens=[q_len + n for n in (1900, 40, 700)], heads=8,
+                     kv_heads=2, head_dim=128, q_dtype=torch.bfloat16, per_head=True, causal=True, block_size=32,
+                     sinks=True, seed=50 + q_len)
+    check_against_reference(case, 64)
+
+
+def test_sinks_rows_without_keys():
+    """A row that sees no key has a softmax of its sink alone: out 0 and lse = the sink (not -inf)."""
+    case = make_case(q_lens=[10], k_lens=[4], heads=4, kv_heads=2, head_dim=64, causal=True, fp8_out=False,
+                     sinks=True, seed=23)
+    (q, k, v), kw = case.call_args()
+    out, lse = fp8attn.forward(q, k, v, return_softmax_lse=True, **kw)
+    sinks = kw["sinks"]
+    assert torch.all(out[0, :6] == 0)
+    torch.testing.assert_close(lse[0, :, :6], sinks.view(4, 1).expand(4, 6), rtol=1e-6, atol=1e-6)
+    check_against_reference(case, 64)
+    case = make_case(layout="varlen", q_lens=[3, 0, 2], k_lens=[0, 5, 4], heads=4, kv_heads=2, head_dim=64,
+                     sinks=True, seed=29)
+    (q, k, v), kw = case.call_args()
+    out, lse = fp8attn.forward(q, k, v, return_softmax_lse=True, **kw)
+    assert torch.all(out[:3].float() == 0)
+    torch.testing.assert_close(lse[:, :3], kw["sinks"].view(4, 1).expand(4, 3), rtol=1e-6, atol=1e-6)
+    check_against_reference(case, 64)
+
+
+@pytest.mark.parametrize("layout", ["dense", "paged"])
+def test_outweighed_sinks_give_the_bits_without_sinks(layout):
+    """A sink far below every logit adds exp(sink - m) = 0 exactly: the output and lse bits of the call
+    without sinks (the sink is applied once, after the KV loop, which runs as without sinks)."""
+    case = make_case(layout=layout, q_lens=[9, 9], k_lens=[300, 300], heads=8, kv_heads=2, head_dim=128,
+                     q_dtype=torch.bfloat16, causal=True, window=(200, -1), softcap=7.5, seed=61)
+    (q, k, v), kw = case.call_args()
+    out, lse = fp8attn.forward(q, k, v, return_softmax_lse=True, **kw)
+    out_s, lse_s = fp8attn.forward(q, k, v, return_softmax_lse=True, sinks=torch.full((8,), -1e30), **kw)
+    assert torch.equal(out.view(torch.uint8), out_s.view(torch.uint8)) and torch.equal(lse, lse_s)
+
+
+def test_sinks_split_kv_merge_adds_the_sink_once():
+    """Two halves of the keys without sinks, merged by their lse with the sink added once (what the GPU's
+    split-KV combine does), give the unsplit call with sinks (to P-quantization noise) and fp64 attention."""
+    case = make_case(q_lens=[6] * 2, k_lens=[1024] * 2, heads=8, kv_heads=2, head_dim=128, fp8_out=False,
+                     sinks=True, seed=67)
+    (q, k, v), kw = case.call_args()
+    sinks = kw.pop("sinks")
+    halves = [fp8attn.forward(q, k[:, s], v[:, s], return_softmax_lse=True, out_dtype=torch.float16, **kw)
+              for s in (slice(0, 512), slice(512, None))]
+    lses = torch.stack([lse for _, lse in halves] + [sinks.view(1, 8, 1).expand(2, 8, 6)])  # [3, B, H, Sq]
+    lse = torch.logsumexp(lses, 0)
+    w = torch.exp(lses[:2] - lse).permute(0, 1, 3, 2).unsqueeze(-1)  # [2, B, Sq, H, 1]
+    merged = sum(w[i] * halves[i][0].float() for i in range(2))
+    full, full_lse = fp8attn.forward(q, k, v, return_softmax_lse=True, sinks=sinks, out_dtype=torch.float16, **kw)
+    ideal, ideal_lse = ideal_attention(q, k, v, sinks=sinks, **kw)
+    # (l sums each half's P quantized against its own running max: lse within the GPU split tests' 3e-2)
+    torch.testing.assert_close(lse, full_lse, rtol=0, atol=3e-2)
+    torch.testing.assert_close(full_lse.double(), ideal_lse, rtol=0, atol=3e-2)
+    assert rel_l2(merged, full.float()) < 2e-2 and rel_l2(full, ideal) < 2e-2
+
+
+def test_sinks_accuracy_vs_ideal():
+    """With sinks the FP8 output is as close to fp64 attention as without: at most 1.45x the error of rounding
+    the ideal output itself to FP8 (test_accuracy_vs_ideal's bound)."""
+    fp8 = torch.float8_e4m3fn
+    case = make_case(q_lens=[256] * 2, k_lens=[512] * 2, heads=8, kv_heads=2, head_dim=128, causal=True,
+                     sinks=True, seed=3)
+    (q, k, v), kw = case.call_args()
+    ideal, _ = ideal_attention(q, k, v, **kw)
+    kw["out_scale"] = (ideal.abs().max() / fp8_max(fp8)).float().reshape(1)
+    out = fp8attn.forward(q, k, v, **kw)
+    scale = kw["out_scale"].double()
+    rounded = (ideal / scale).clamp(-fp8_max(fp8), fp8_max(fp8)).float().to(fp8).double() * scale
+    err, floor = rel_l2(out.double() * scale, ideal), rel_l2(rounded, ideal)
+    assert err <= 1.45 * floor, (err, floor)
+
+
+def test_sink_outside_the_running_max_is_more_accurate():
+    """The documented choice (docs/numerics.md, "Attention sinks"): adding the sink after the KV loop is more
+    accurate than starting the running max at it once the sink dominates (P then shrinks into FP8's
+    subnormals), and as accurate when it does not."""
+    case = make_case(q_lens=[64], k_lens=[1024], heads=8, kv_heads=2, head_dim=128, fp8_out=False, seed=71)
+    (q, k, v), kw = case.call_args()
+    _, lse0 = ideal_attention(q, k, v, **kw)
+    center = lse0[0].median(dim=-1).values.float()
+
+    def err(sinks, in_max):
+        ideal, _ = ideal_attention(q, k, v, sinks=sinks, **kw)
+        out, _ = quantized_attention(q, k, v, kv_tile=64, sinks=sinks, sink_in_max=in_max, out_dtype=torch.bfloat16,
+                                     **kw)
+        return rel_l2(out, ideal)
+
+    assert err(center + 8, False) < 0.5 * err(center + 8, True)
+    assert err(center - 4, False) <= 1.02 * err(center - 4, True)

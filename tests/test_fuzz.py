@@ -31,14 +31,19 @@ HERE = Path(__file__).resolve().parent
 CASE_TIMEOUT_S = 60.0
 EXAMPLES = int(os.environ.get("FP8ATTN_FUZZ_EXAMPLES", "1000"))
 
-TENSORS = {"dense": ["q", "k", "v", "out", "q_descale", "k_descale", "v_descale", "p_scale"],
-           "varlen": ["q", "k", "v", "out", "q_descale", "k_descale", "v_descale", "p_scale", "cu_seqlens_q",
-                      "cu_seqlens_k"],
-           "paged": ["q", "k", "v", "out", "q_descale", "k_descale", "v_descale", "p_scale", "cu_seqlens_q",
-                     "seqused_k", "block_table"]}
+TENSORS = {"dense": ["q", "k", "v", "out", "q_descale", "k_descale", "v_descale", "p_scale", "sinks"],
+           "varlen": ["q", "k", "v", "out", "q_descale", "k_descale", "v_descale", "p_scale", "sinks",
+                      "cu_seqlens_q", "cu_seqlens_k"],
+           "paged": ["q", "k", "v", "out", "q_descale", "k_descale", "v_descale", "p_scale", "sinks",
+                     "cu_seqlens_q", "seqused_k", "block_table"]}
 SCALARS = ["softmax_scale", "softcap", "window_size", "kv_tile", "max_seqlen_q", "max_seqlen_k", "causal",
            "return_softmax_lse", "out_dtype"]
 TENSOR_CLASSES = ["dtype", "rank", "shape", "stride", "device", "value", "type"]
+# The empty class: one size 0 wherever it occurs (fuzz_worker.empty), with the argument a refusal names.
+EMPTY = {"dense": {"B": "q", "Sq": "q", "Sk": "k", "H": "q", "Hkv": "k", "D": "q"},
+         "varlen": {"B": "q", "T": "q", "Tk": "k", "H": "q", "Hkv": "k", "D": "q"},
+         "paged": {"B": "q", "T": "q", "H": "q", "Hkv": "k", "D": "q", "blocks": "k", "block_size": "k",
+                   "pages": "block_table"}}
 
 
 class Worker:
@@ -95,12 +100,14 @@ def cases(draw) -> dict:
     fp8_out = draw(st.booleans())
     tensors = TENSORS[layout] + (["out_scale"] if fp8_out else [])
     mutations = ([(c, a) for c in TENSOR_CLASSES for a in tensors] + [("scalar", a) for a in SCALARS]
-                 + [("alias", "out")] * 4)
+                 + [("alias", "out")] * 4 + [("empty", d) for d in EMPTY[layout]])
     cls, arg = draw(st.sampled_from(mutations))
+    mutation = {"class": cls, "arg": arg, "pick": draw(st.integers(0, 1000))}
+    if cls == "empty":
+        mutation.update(dim=arg, arg=EMPTY[layout][arg])
     return {"layout": layout, "seed": draw(st.integers(0, 2**16)), "fp8": draw(st.sampled_from(["e4m3fn",
                                                                                                  "e4m3fnuz"])),
-            "q": draw(st.sampled_from(["fp8", "bfloat16", "float16"])), "fp8_out": fp8_out,
-            "mutation": {"class": cls, "arg": arg, "pick": draw(st.integers(0, 1000))}}
+            "q": draw(st.sampled_from(["fp8", "bfloat16", "float16"])), "fp8_out": fp8_out, "mutation": mutation}
 
 
 def verdict(case: dict, res: dict) -> str:

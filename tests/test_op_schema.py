@@ -12,7 +12,7 @@ FORWARD_ARGS = (
     "Tensor q, Tensor k, Tensor v, Tensor(a!) out, Tensor? cu_seqlens_q, Tensor? cu_seqlens_k, Tensor? seqused_k, "
     "int max_seqlen_q, int max_seqlen_k, Tensor? block_table, float softmax_scale, bool causal, int window_left, "
     "int window_right, float softcap, Tensor? q_descale, Tensor? k_descale, Tensor? v_descale, Tensor? p_scale, "
-    "Tensor? out_scale, bool return_softmax_lse, int kv_tile")
+    "Tensor? out_scale, bool return_softmax_lse, int kv_tile, Tensor? sinks=None")
 
 
 def test_schemas_unchanged():
@@ -26,13 +26,13 @@ def test_schemas_unchanged():
 def test_python_signature_unchanged():
     assert list(inspect.signature(fp8attn.forward).parameters) == [
         "q", "k", "v", "cu_seqlens_q", "cu_seqlens_k", "seqused_k", "max_seqlen_q", "max_seqlen_k", "block_table",
-        "softmax_scale", "causal", "window_size", "softcap", "q_descale", "k_descale", "v_descale", "p_scale",
+        "softmax_scale", "causal", "window_size", "softcap", "sinks", "q_descale", "k_descale", "v_descale", "p_scale",
         "out_scale", "out_dtype", "out", "return_softmax_lse", "kv_tile"]
 
 
 def test_positional_and_keyword_calls_agree():
-    """The registered op takes its arguments positionally (as tests/gpu and older callers pass them) and by
-    name (as fp8attn.forward and the vLLM backend should)."""
+    """The registered op takes its arguments positionally (as tests/gpu and older callers pass them, without
+    the later `sinks`, which defaults to None) and by name (as fp8attn.forward and the vLLM backend should)."""
     q = torch.randn(1, 8, 2, 64).to(torch.float8_e4m3fn)
     one = torch.tensor([1.0])
     pos = torch.empty(q.shape, dtype=torch.bfloat16)
@@ -43,24 +43,7 @@ def test_positional_and_keyword_calls_agree():
         q=q, k=q, v=q, out=kw, cu_seqlens_q=None, cu_seqlens_k=None, seqused_k=None, max_seqlen_q=0, max_seqlen_k=0,
         block_table=None, softmax_scale=0.125, causal=True, window_left=-1, window_right=-1, softcap=0.0,
         q_descale=one, k_descale=one, v_descale=one, p_scale=None, out_scale=None, return_softmax_lse=True,
-        kv_tile=0)
+        kv_tile=0, sinks=None)
     assert torch.equal(pos, kw) and torch.equal(lse, lse_kw)
     assert torch.equal(pos, fp8attn.forward(q, q, q, softmax_scale=0.125, causal=True, q_descale=one, k_descale=one,
                                             v_descale=one))
-
-
-def test_build_commit_names_this_checkout(monkeypatch):
-    """The extension carries the commit it was built from (benchmarks and the main job record it)."""
-    import subprocess
-    from pathlib import Path
-
-    monkeypatch.delenv("FP8ATTN_COMMIT", raising=False)
-    built = fp8attn.build_commit()
-    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                          cwd=Path(__file__).parent).stdout.strip()
-    if head:  # a build from this checkout (CI's wheel is): its commit, or an ancestor's while editing
-        assert built, "setup.py recorded no commit in a git checkout"
-        assert subprocess.run(["git", "merge-base", "--is-ancestor", built.removesuffix("-dirty"), "HEAD"],
-                              cwd=Path(__file__).parent).returncode == 0, built
-    monkeypatch.setenv("FP8ATTN_COMMIT", "abc1234")
-    assert fp8attn.build_commit() == "abc1234"

@@ -161,6 +161,7 @@ def test_validate_configuration_accepts_llama_8b_layer():
                dict(device_capability=DeviceCapability(10, 0)), dict(use_per_head_quant_scales=True)):
         assert FP8AttnBackend.validate_configuration(**{**LLAMA_8B, **kw}) == [], kw
     assert FP8AttnBackend.validate_configuration(**LLAMA_8B, has_sliding_window=True) == []
+    assert FP8AttnBackend.validate_configuration(**{**LLAMA_8B, "head_size": 64, "has_sink": True}) == []  # gpt-oss
     for hs in SUPPORTED_HEAD_SIZES:
         assert FP8AttnBackend.validate_configuration(**{**LLAMA_8B, "head_size": hs}) == [], hs
 
@@ -177,7 +178,6 @@ def test_validate_configuration_accepts_llama_8b_layer():
         (dict(dtype=torch.float32), "dtype"),
         (dict(block_size=8), "block_size"),
         (dict(use_mla=True), "MLA"),
-        (dict(has_sink=True), "sinks"),
         (dict(use_sparse=True), "sparse"),
         (dict(use_mm_prefix=True), "multimodal"),
         (dict(attn_type=AttentionType.ENCODER_DECODER), "ENCODER_DECODER"),
@@ -216,8 +216,9 @@ def test_impl_refuses_what_validation_cannot_see():
     FP8AttnImpl(4, 64, 64**-0.5, 2, None, 128, "fp8_e4m3", logits_soft_cap=30.0)  # accepted
     with pytest.raises(NotImplementedError, match="ALiBi"):
         FP8AttnImpl(4, 64, 64**-0.5, 2, [0.5] * 4, None, "fp8")
-    with pytest.raises(NotImplementedError, match="sinks"):
-        FP8AttnImpl(4, 64, 64**-0.5, 2, None, None, "fp8", sinks=torch.zeros(4))
+    FP8AttnImpl(4, 64, 64**-0.5, 2, None, 128, "fp8", sinks=torch.zeros(4, dtype=torch.bfloat16))  # accepted
+    with pytest.raises(ValueError, match="sinks must have one value per q head of the layer \\(4\\)"):
+        FP8AttnImpl(4, 64, 64**-0.5, 2, None, None, "fp8", sinks=torch.zeros(2))
     with pytest.raises(NotImplementedError, match="kv-cache-dtype fp8"):
         FP8AttnImpl(4, 64, 64**-0.5, 2, None, None, "auto")
     with pytest.raises(NotImplementedError, match="decoder"):
@@ -234,7 +235,7 @@ def test_backend_and_impl_flags():
     assert not impl.fused_output_quant_supported(kNvfp4Dynamic)
     assert FP8AttnBackend.forward_includes_kv_cache_update  # forward writes the step's K/V
     assert FP8AttnBackend.supported_kv_cache_layouts() is None  # the op takes any strided cache view
-    assert not FP8AttnBackend.is_mla() and not FP8AttnBackend.supports_sink()
+    assert not FP8AttnBackend.is_mla() and FP8AttnBackend.supports_sink()
     assert FP8AttnBackend.supports_per_head_quant_scales()
     assert FP8AttnMetadataBuilder._cudagraph_support == AttentionCGSupport.UNIFORM_BATCH
 
@@ -326,10 +327,12 @@ def make_builder(vllm_config, shape: Shape = BASE) -> FP8AttnMetadataBuilder:
                                             torch.device("cpu"))
 
 
-def make_impl(shape: Shape, window: int | None = None, softcap: float = 0.0) -> FP8AttnImpl:
-    """A Llama-like layer, fp8 KV cache; the platform's FP8 type must be shape.fp8 (platform_fp8)."""
+def make_impl(shape: Shape, window: int | None = None, softcap: float = 0.0,
+              sinks: torch.Tensor | None = None) -> FP8AttnImpl:
+    """A Llama-like layer (gpt-oss-like with sinks), fp8 KV cache; the platform's FP8 type must be shape.fp8
+    (platform_fp8)."""
     impl = FP8AttnBackend.get_impl_cls()(shape.h, shape.d, shape.d**-0.5, shape.hkv, None, window, "fp8",
-                                         logits_soft_cap=softcap)
+                                         logits_soft_cap=softcap, sinks=sinks)
     assert impl.fp8_dtype == shape.fp8
     return impl
 
@@ -428,7 +431,7 @@ class Batch:
         return CommonAttentionMetadata(**{**kw, **change})
 
     def reference(self, impl: FP8AttnImpl, *, q=None, p_scale=None, out_scale=None, causal=True,
-                  window=None) -> torch.Tensor:
+                  window=None, sinks=None) -> torch.Tensor:
         """fp8attn on the un-paged tensors: varlen K/V quantized with the layer's scales."""
         k8, v8 = self.kv8()
         return fp8attn.forward(
@@ -436,7 +439,7 @@ class Batch:
             max_seqlen_q=max(self.qlen), max_seqlen_k=max(self.seq), softmax_scale=impl.scale, causal=causal,
             window_size=impl.sliding_window if window is None else window, softcap=impl.logits_soft_cap,
             p_scale=self.layer._prob_scale.reshape(1) if p_scale is None else p_scale, out_scale=out_scale,
-            **self.op_scales())
+            sinks=sinks, **self.op_scales())
 
 
 def write_cache(impl: FP8AttnImpl, layer, key: torch.Tensor, value: torch.Tensor, kv_cache: torch.Tensor,
@@ -515,6 +518,53 @@ def test_per_head_scales(vllm_config, shape):
     """vLLM's per-head quant scales (use_per_head_quant_scales): k/v scales of Hkv entries, and a q scale of
     Hkv entries (one per KV head's group of query heads) that the backend expands to the op's H."""
     check_mixed_batch(vllm_config, shape, KVCacheLayout.LBNHC, per_head=True)
+
+
+def gpt_oss_sinks(h: int, padded: int = 0) -> torch.nn.Parameter:
+    """A layer's sinks as vLLM's gpt-oss holds them: a bf16 Parameter of one value per local q head, the last
+    `padded` heads -inf (make_attention_sink's padding)."""
+    values = torch.linspace(-2.0, 9.0, h)
+    values[h - padded:] = -math.inf
+    return torch.nn.Parameter(values.to(torch.bfloat16), requires_grad=False)
+
+
+@pytest.mark.parametrize("layout", [KVCacheLayout.LBNHC, KVCacheLayout.LBHNC], ids=lambda x: x.name)
+def test_sinks_on_gpt_oss_layers(vllm_config, layout):
+    """gpt-oss: per-head sinks on layers that alternate a sliding window and full attention. The bf16 sinks go
+    to the op as float32 (a padded -inf head as a term of 0), on the mixed batch, against the op on the
+    un-paged tensors and the fp64 reference with the same sinks; without them the output differs."""
+    from fp8attn.reference import quantized_attention
+
+    batch = Batch(seed=12)
+    sinks = gpt_oss_sinks(BASE.h, padded=1)
+    op_sinks = sinks.float().clamp_min(-1e30)
+    for window in (24, None):
+        impl = make_impl(BASE, window, sinks=sinks)
+        kv_cache, key, value, metadata = run_step(batch, impl, make_builder(vllm_config), layout)
+        output = new_output(batch)
+        impl.forward(batch.layer, batch.q, key, value, kv_cache, metadata, output)
+        ref = batch.reference(impl, sinks=op_sinks)
+        torch.testing.assert_close(output[: batch.T], ref, rtol=0, atol=0)
+        assert not torch.equal(output[: batch.T], batch.reference(impl))
+        assert torch.all(output[batch.T:] == 7.0)
+        k8, v8 = batch.kv8()
+        quantized, _ = quantized_attention(
+            batch.q[: batch.T], k8, v8, cu_seqlens_q=batch.cu_q, cu_seqlens_k=batch.cu_k, softmax_scale=impl.scale,
+            causal=True, window_size=impl.sliding_window, sinks=op_sinks, p_scale=batch.layer._prob_scale.reshape(1),
+            **batch.op_scales())
+        torch.testing.assert_close(output[: batch.T], quantized.to(BASE.dtype), rtol=2**-7, atol=1e-5)
+
+
+def test_sinks_are_read_at_every_call(vllm_config):
+    """An in-place reload of the sinks Parameter (as vLLM's weight loaders write it) is seen at the next call."""
+    batch = Batch(seed=13)
+    sinks = gpt_oss_sinks(BASE.h)
+    impl = make_impl(BASE, sinks=sinks)
+    kv_cache, key, value, metadata = run_step(batch, impl, make_builder(vllm_config), KVCacheLayout.LBNHC)
+    output = new_output(batch)
+    sinks.data.copy_(torch.tensor([5.0, -1.0, 0.5, 12.0]))
+    impl.forward(batch.layer, batch.q, key, value, kv_cache, metadata, output)
+    torch.testing.assert_close(output[: batch.T], batch.reference(impl, sinks=sinks.float()), rtol=0, atol=0)
 
 
 def test_chunked_prefill_sees_its_cached_context(vllm_config):
@@ -857,3 +907,107 @@ def test_scales_loaded_by_vllms_quark_loader(vllm_config, with_q):
     out = new_output(batch)
     impl.forward(attn, batch.q, key, value, kv_cache, metadata, out)
     torch.testing.assert_close(out[: batch.T], batch.reference(impl), rtol=0, atol=0)
+
+
+# ------------------------------------------------------------------- checkpoint scales checked at load
+
+
+def quark_attention(vllm_config, layer: int):
+    """vLLM's Attention layer with this backend under vLLM's Quark config of an FP8-QKV-Prob checkpoint."""
+    from vllm.model_executor.layers.quantization.quark.quark import QuarkConfig
+
+    out_fp8 = {"weight": None, "input_tensors": None, "output_tensors": QUARK_FP8, "bias": None}
+    config = QuarkConfig.from_config({
+        "quant_method": "quark", "export": {"kv_cache_group": ["*k_proj", "*v_proj"], "pack_method": "reorder"},
+        "global_quant_config": {"weight": None, "input_tensors": None, "output_tensors": None, "bias": None},
+        "layer_quant_config": {"*k_proj": dict(out_fp8), "*v_proj": dict(out_fp8)},
+        "layer_type_quant_config": {}, "exclude": [], "softmax_quant_spec": QUARK_FP8})
+    prefix = f"model.layers.{layer}.self_attn.attn"
+    vllm_config.compilation_config.static_forward_context.pop(prefix, None)  # a layer of an earlier test's model
+    return make_attention(vllm_config, prefix, quant_config=config)
+
+
+def load_scales(attn, **values: float) -> None:
+    """Load 0-dim bf16 scales (as amd-quark writes them) through each parameter's weight_loader, as vLLM does."""
+    for name, x in values.items():
+        param = getattr(attn, name)
+        param.weight_loader(param, torch.tensor(x, dtype=torch.bfloat16))
+
+
+GOOD = dict(q_scale=0.02, k_scale=0.03, v_scale=0.03, prob_scale=1 / 448)
+CHECKPOINT_NAMES = {"q_scale": "q_proj.output_scale", "k_scale": "k_proj.output_scale",
+                    "v_scale": "v_proj.output_scale", "prob_scale": "prob_output_scale"}
+
+
+@pytest.mark.parametrize(("name", "value", "problem"), [
+    ("prob_scale", 0.0, "p_scale must be positive and finite"),
+    ("prob_scale", -0.002, "p_scale must be positive and finite"),
+    ("prob_scale", math.nan, "p_scale must be positive and finite"),
+    ("prob_scale", math.inf, "p_scale must be positive and finite"),
+    ("prob_scale", 4096.0, "quantizes P = 1 to the FP8 code 0"),
+    ("k_scale", 0.0, "k_descale must be positive and finite"),  # vLLM's processing would assert, naming nothing
+    ("v_scale", math.nan, "v_descale must be positive and finite"),  # vLLM would take k's silently
+    ("q_scale", -1.0, "q_descale must be positive and finite"),  # vLLM's "not loaded" sentinel, loaded
+    ("k_scale", 1e38, "overflow float32"),
+])
+def test_bad_checkpoint_scale_is_refused_as_loaded(vllm_config, name, value, problem):
+    """A scale the op would refuse, or that vLLM would replace by 1.0 (zero, negative, NaN), is refused while
+    vLLM loads it: the error names the layer and the checkpoint tensor."""
+    attn = quark_attention(vllm_config, 1)
+    load_scales(attn, **{k: v for k, v in GOOD.items() if k != name})
+    with pytest.raises(ValueError, match=problem) as e:
+        load_scales(attn, **{name: value})
+    assert "attention layer model.layers.1.self_attn.attn" in str(e.value)
+    assert f"model.layers.1.self_attn.{CHECKPOINT_NAMES[name]} (vLLM's model.layers.1.self_attn.attn.{name})" \
+        in str(e.value)
+    assert "Fix the checkpoint" in str(e.value)
+
+
+def test_scales_refused_together_after_processing(vllm_config):
+    """q and k scales each fine alone, whose product makes the largest logit overflow float32: refused by the
+    layer's process_weights_after_loading (vLLM's order: the quant method's processing, then the layer's)."""
+    attn = quark_attention(vllm_config, 1)
+    load_scales(attn, **dict(GOOD, q_scale=1e17, k_scale=1e17, v_scale=1e17))
+    attn.quant_method.process_weights_after_loading(attn)
+    with pytest.raises(ValueError, match="its scales together .* overflows float32") as e:
+        attn.process_weights_after_loading(torch.bfloat16)
+    assert "model.layers.1.self_attn.q_proj.output_scale" in str(e.value)
+
+
+def test_good_scales_pass_and_a_missing_prob_scale_is_named(vllm_config):
+    """Calibrated scales load and process silently; a layer without the prob scale its sibling has is named in
+    one warning with the scale used instead (FP8ATTN's default)."""
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler()
+    handler.emit = records.append
+    log = logging.getLogger("vllm.fp8attn")
+    log.addHandler(handler)
+    try:
+        layers = [quark_attention(vllm_config, i) for i in (20, 21)]
+        layers[1].quant_config = layers[0].quant_config  # one model: one quant config
+        load_scales(layers[0], **GOOD)
+        load_scales(layers[1], **{k: v for k, v in GOOD.items() if k != "prob_scale"})
+        for attn in layers:
+            attn.quant_method.process_weights_after_loading(attn)
+        for attn in layers:
+            attn.process_weights_after_loading(torch.bfloat16)
+    finally:
+        log.removeHandler(handler)
+    (warning,) = [r.getMessage() for r in records]
+    assert "no prob_scale for 1 attention layer(s)" in warning
+    assert "model.layers.21.self_attn.prob_output_scale (vLLM's model.layers.21.self_attn.attn.prob_scale)" in warning
+    assert f"model.layers.21.self_attn.attn p_scale = {default_p_scale(FN)}" in warning
+
+
+def test_output_scale_is_checked_in_the_profiling_run():
+    """The output scale the attn+quant fusion passes reaches forward first in vLLM's profiling run (no
+    metadata), before serving: a bad one is refused there, naming o_proj's input scale."""
+    attn = types.SimpleNamespace(layer_name="model.layers.1.self_attn.attn")
+    impl = make_impl(BASE)
+    out = torch.empty(5, BASE.h, BASE.d, dtype=FN)
+    kv = make_kv_cache(4, KVCacheLayout.LBNHC)
+    q = torch.zeros(5, BASE.h, BASE.d, dtype=torch.bfloat16)
+    impl.forward(attn, q, q, q, kv, None, out, output_scale=torch.tensor([0.01]))
+    with pytest.raises(ValueError, match="out_scale must be positive and finite") as e:
+        impl.forward(attn, q, q, q, kv, None, out, output_scale=torch.tensor([math.inf]))
+    assert "model.layers.1.self_attn.o_proj.input_scale" in str(e.value)

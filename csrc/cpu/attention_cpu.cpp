@@ -137,16 +137,17 @@ class Forward {
     const int per_kv = w.rows * w.heads, n = per_kv * w.nkv;
     const SeqInfo s = SeqInfo::make(p_, w.b);
     // One buffer per thread: the kernel's scratch, then the lanes' lo, hi, logit scale, inverse q and v
-    // descales (4-byte) and q, out, lse offsets (8-byte).
+    // descales, sinks (4-byte) and q, out, lse offsets (8-byte).
     const size_t scratch = round64(kernel_.scratch_bytes(D, max_tile_, max_lanes_));
     const size_t lane4 = round64(static_cast<size_t>(max_lanes_) * 4), lane8 = round64(static_cast<size_t>(max_lanes_) * 8);
-    unsigned char* buf = static_cast<unsigned char*>(thread_buffer(scratch + 5 * lane4 + 3 * lane8));
+    unsigned char* buf = static_cast<unsigned char*>(thread_buffer(scratch + 6 * lane4 + 3 * lane8));
     int32_t* lo = reinterpret_cast<int32_t*>(buf + scratch);
     int32_t* hi = reinterpret_cast<int32_t*>(buf + scratch + lane4);
     float* scale = reinterpret_cast<float*>(buf + scratch + 2 * lane4);
     float* inv_q = reinterpret_cast<float*>(buf + scratch + 3 * lane4);
     float* v_descale = reinterpret_cast<float*>(buf + scratch + 4 * lane4);
-    int64_t* q_off = reinterpret_cast<int64_t*>(buf + scratch + 5 * lane4);
+    float* sink = reinterpret_cast<float*>(buf + scratch + 5 * lane4);
+    int64_t* q_off = reinterpret_cast<int64_t*>(buf + scratch + 6 * lane4);
     int64_t* o_off = q_off + lane8 / 8;
     int64_t* lse_off = o_off + lane8 / 8;
 
@@ -161,6 +162,7 @@ class Forward {
       const float q_descale = scale_at(p_.q_descale, p_.q_descale_head_stride, h);
       const float k_descale = scale_at(p_.k_descale, p_.k_descale_head_stride, hkv);
       v_descale[i] = scale_at(p_.v_descale, p_.v_descale_head_stride, hkv);
+      sink[i] = p_.sinks ? p_.sinks[h] * kLog2e : 0.f;
       const LogitsTransform t = LogitsTransform::make(p_.softmax_scale, q_descale * k_descale, p_.softcap);
       scale[i] = t.has_softcap ? t.inv_softcap : t.scale_log2;
       inv_q[i] = 1.f / q_descale;  // a 16-bit q is multiplied by the reciprocal, as the GPU does
@@ -196,6 +198,7 @@ class Forward {
     a.v_descale = v_descale;
     a.inv_out_scale = p_.out_scale ? 1.f / *p_.out_scale : 1.f;
     a.p_scale = p_scale;
+    a.sink = p_.sinks ? sink : nullptr;
     a.lse = p_.lse;
     a.lse_off = lse_off;
     a.scratch = buf;

@@ -11,6 +11,7 @@
 #include <cstdint>
 
 #include "cpu/item.h"
+#include "kernels/fwd/softmax.h"
 #include "kernels/numeric/fp8.h"
 #include "kernels/variant.h"
 
@@ -195,9 +196,22 @@ typename O::F fp8_value(typename O::I c) {
   return O::select(nan, O::from_bits(O::set1i(0x7fc00000u)), signed_v);
 }
 
-// The epilogue's per-lane factors (docs/design.md §1; l sums p8, so p_scale cancels in O = acc · factor).
-inline float out_factor(float m, float l, float v_descale) { return m == -INFINITY ? 0.f : v_descale / l; }
-inline float lane_lse(float m, float l, float p_scale) { return m == -INFINITY ? -INFINITY : m * kLn2 + logf(l * p_scale); }
+// Lane r's epilogue from its final m and l (docs/design.md §1): softmax.h's add_sink (when the call has
+// sinks), then finish_row: O = acc · o_scale (l sums p8, so p_scale cancels there) and the lse. One scalar
+// path for every instruction set (exp2 is this file's).
+struct Exp2Cpu {
+  float operator()(float x) const { return exp2<ScalarOps>(x); }
+};
+inline RowResult lane_result(const ItemArgs& a, int r, float m, float l) {
+  float o_factor = a.v_descale[r];
+  if (a.sink) {
+    const SinkRow s = add_sink(m, l, a.sink[r], a.inv_p_scale, Exp2Cpu{});
+    m = s.m;
+    l = s.l;
+    o_factor *= s.acc_scale;
+  }
+  return finish_row(m, l, o_factor, a.p_scale);
+}
 
 // Key j's K and V rows in the item's sequence (dense / varlen rows, or paged through the block table;
 // an entry out of range reads block 0, as SeqInfo::valid_block does).

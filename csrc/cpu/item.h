@@ -53,12 +53,14 @@ struct ItemArgs {
   int64_t k_group_stride = 0, v_group_stride = 0;
   // Lane r's output row at out + o_off[r] (elements of out_type): O = acc · v_descale[r] / l, stored as
   // sat(O · inv_out_scale) (FP8) or O (16-bit); lse[lse_off[r]] = m·ln2 + ln(l·p_scale) when lse is
-  // not null. A lane that saw no key writes 0 and -inf.
+  // not null. A lane that saw no key writes 0 and -inf. With sinks (not null: lane r's sink logit in
+  // log2 units), m and l first take the sink (softmax.h, add_sink; inv_p_scale).
   void* out = nullptr;
   ElemType out_type = ElemType::BF16;
   const int64_t* o_off = nullptr;
   const float* v_descale = nullptr;
   float inv_out_scale = 1.f, p_scale = 1.f;
+  const float* sink = nullptr;
   float* lse = nullptr;
   const int64_t* lse_off = nullptr;
   void* scratch = nullptr;  // the kernel's scratch_bytes(head_dim, tile, lanes) bytes, 64-byte aligned

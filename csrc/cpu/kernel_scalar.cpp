@@ -50,11 +50,13 @@ void load_q(const ItemArgs& a, int r, const DecodeTable<K>& dec, float* q) {
   }
 }
 
+// A zero factor (a lane that saw no key, or whose keys' weight a sink outweighs beyond float32) writes 0,
+// as the SIMD kernels and the GPU's out_value do.
 template <Fp8Kind K>
 void store_row(const ItemArgs& a, int r, const float* acc, float factor) {
   const int64_t off = a.o_off[r];
   for (int d = 0; d < a.head_dim; ++d) {
-    const float o = acc[d] * factor;
+    const float o = out_value(acc[d], factor);
     switch (a.out_type) {
       case ElemType::BF16: static_cast<uint16_t*>(a.out)[off + d] = bf16_encode(o); break;
       case ElemType::FP16: static_cast<uint16_t*>(a.out)[off + d] = fp16_encode(o); break;
@@ -112,8 +114,9 @@ void run_lanes(const ItemArgs& a) {
       }
       l = l * alpha + static_cast<float>(tile_l);
     }
-    store_row<K>(a, r, acc, out_factor(m, l, a.v_descale[r]));
-    if (a.lse) a.lse[a.lse_off[r]] = lane_lse(m, l, a.p_scale);
+    const RowResult res = lane_result(a, r, m, l);
+    store_row<K>(a, r, acc, res.o_scale);
+    if (a.lse) a.lse[a.lse_off[r]] = res.lse;
   }
 }
 

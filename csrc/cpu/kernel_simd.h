@@ -129,7 +129,7 @@ typename O::I encode_out(const ItemArgs& a, typename O::F o) {
   }
 }
 
-// W output values of lane r from column d0 on: its accumulators times the lane's factor f (out_factor),
+// W output values of lane r from column d0 on: its accumulators times the lane's factor f (lane_result),
 // encoded and stored. A lane that saw no key (f = 0) writes 0 even where a tile it shared with other
 // lanes multiplied a NaN v by its P = 0 (0 * NaN = NaN).
 template <class O, Fp8Kind K>
@@ -299,8 +299,9 @@ struct RowsKernel {
         const int n = imin(W, a.lanes - v * W);
         for (int i = 0; i < n; ++i) {
           const int r = v * W + i;
-          fac[i] = out_factor(m[r], l[r], a.v_descale[r]);
-          if (a.lse) a.lse[a.lse_off[r]] = lane_lse(m[r], l[r], a.p_scale);
+          const RowResult res = lane_result(a, r, m[r], l[r]);
+          fac[i] = res.o_scale;
+          if (a.lse) a.lse[a.lse_off[r]] = res.lse;
         }
         for (int d0 = 0; d0 < D; d0 += W) {
           F x[W];
@@ -510,6 +511,7 @@ struct RowsKernel {
       a.lanes = imin(kMaxLanes, args.lanes - r0);
       a.lo += r0, a.hi += r0, a.logit_scale += r0, a.inv_q_descale += r0, a.v_descale += r0;
       a.q_off += r0, a.o_off += r0, a.lse_off += r0;
+      if (a.sink) a.sink += r0;
       const Layout L(a.head_dim, a.tile, a.lanes);
       if (a.kind == Fp8Kind::E4M3FN) {
         Item<Fp8Kind::E4M3FN>(a, L).run();
@@ -801,9 +803,9 @@ struct KeysKernel {
         for (int g = 0; g < a.groups; ++g) group_tile(g, ja, jb, cb, floor);
       }
       for (int r = 0; r < a.lanes; ++r) {  // epilogue, vectors over d
-        const float f = out_factor(m[r], l[r], a.v_descale[r]);
-        if (a.lse) a.lse[a.lse_off[r]] = lane_lse(m[r], l[r], a.p_scale);
-        for (int d = 0; d < D; d += W) store_out<O, K>(a, r, d, O::load(o + static_cast<size_t>(r) * D + d), f);
+        const RowResult res = lane_result(a, r, m[r], l[r]);
+        if (a.lse) a.lse[a.lse_off[r]] = res.lse;
+        for (int d = 0; d < D; d += W) store_out<O, K>(a, r, d, O::load(o + static_cast<size_t>(r) * D + d), res.o_scale);
       }
     }
   };
@@ -819,6 +821,7 @@ struct KeysKernel {
       a.keys.v += (r0 / lpg) * args.v_group_stride;
       a.lo += r0, a.hi += r0, a.logit_scale += r0, a.inv_q_descale += r0, a.v_descale += r0;
       a.q_off += r0, a.o_off += r0, a.lse_off += r0;
+      if (a.sink) a.sink += r0;
       const Layout L(a.head_dim, a.tile, a.lanes);
       if (a.kind == Fp8Kind::E4M3FN) {
         Item<Fp8Kind::E4M3FN>(a, L).run();

@@ -8,7 +8,7 @@ namespace fp8attn {
 
 at::Tensor forward_cpu(const FwdArgs& a) {
   FwdPlan plan = make_fwd_params(a);
-  cpu::run_forward(plan.params);
+  if (!plan.empty) cpu::run_forward(plan.params);
   return plan.lse;
 }
 

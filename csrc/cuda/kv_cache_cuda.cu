@@ -9,7 +9,7 @@ namespace {
 __global__ void write_kv_kernel(const KvWriteArgs a) {
   const int64_t t = blockIdx.x;
   const int64_t slot = a.slots[t];
-  if (slot < 0) return;
+  if (slot < 0 || slot >= a.num_slots) return;
   const float inv = a.scale ? 1.f / *a.scale : 1.f;
   const int64_t row = (slot / a.block_size) * a.c_block_stride + (slot % a.block_size) * a.c_row_stride;
   for (int i = threadIdx.x; i < a.heads * a.dim; i += blockDim.x) {

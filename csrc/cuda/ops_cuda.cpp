@@ -73,6 +73,7 @@ void check_supported(const FwdParams& p, const FwdKernel* k) {
 // The kernel of a call (the one it runs and forward_kernel names), after the checks.
 const FwdKernel& kernel_for(const at::Tensor& q, const FwdParams& p) {
   const FwdTable& t = fwd_table();
+  TORCH_CHECK_VALUE(p.sinks == nullptr, "fp8attn.forward on CUDA: sinks are not applied by the GPU kernels yet");
   check_supported(p, nullptr);
   const auto cc = device_cc(q.device().index());
   const FwdTarget& target = fwd_target(t, cc.first, cc.second);
@@ -112,7 +113,7 @@ at::Tensor forward_cuda(const FwdArgs& a) {
   const c10::cuda::CUDAGuard guard(q.device());
   FwdPlan plan = make_fwd_params(a);
   FwdParams& p = plan.params;
-  if (p.batch == 0 || p.num_heads == 0 || p.seqlen_q == 0) {
+  if (plan.empty) {
     check_supported(p, nullptr);
     return plan.lse;
   }
@@ -158,6 +159,7 @@ void write_one_cuda(const at::Tensor& src, const at::Tensor& cache, const at::Te
   a.heads = static_cast<int32_t>(src.size(1));
   a.dim = static_cast<int32_t>(src.size(2));
   a.block_size = static_cast<int32_t>(cache.size(1));
+  a.num_slots = cache.size(0) * cache.size(1);
   a.src_bytes = static_cast<int32_t>(src.element_size());
   a.cache_bytes = static_cast<int32_t>(cache.element_size());
   a.src_bf16 = src.scalar_type() == at::kBFloat16;

@@ -59,6 +59,9 @@ struct FwdParams {
   const float* p_scale_ptr = nullptr;  // 1 element; null: p_scale_default
   float p_scale_default = 1.f / 256.f;
   const float* out_scale = nullptr;  // 1 element; non-null means FP8 output
+  // Attention sinks: [num_heads] float32 logits (natural units, in the scale of the final logits), one
+  // more softmax term per q head that adds to the denominator only; null: none (softmax.h, add_sink).
+  const float* sinks = nullptr;
 
   float softmax_scale = 1.f;
   float softcap = 0.f;  // <= 0: off

@@ -1,10 +1,13 @@
-"""The GPU benchmark: ``python -m fp8attn.bench [--out-dir DIR] [--quick] [--only KIND] [--peers LIST]``.
+"""The GPU benchmark: ``python -m fp8attn.bench [--out-dir DIR] [--quick] [--only KIND] [--peers LIST]
+[--fa3-peer PATH]``.
 
 Prefill shapes of docs/design.md §5, GQA variants (32 q / 8 kv heads), varlen batches, and decode
 (batch 1-64, context 1k-32k, paged FP8 KV), with the peers that import on this machine side by
 side in the same run: torch SDPA bf16 (flash and cuDNN backends), cuDNN's FP8 SDPA through
-``nvidia-cudnn-frontend`` (descale q/k/v, scale_s = 1/p_scale, scale_o = 1/out_scale), and fp8attn
-(FP8 Q/K/V, P quantized with p_scale, FP8 output with out_scale).
+``nvidia-cudnn-frontend`` (descale q/k/v, scale_s = 1/p_scale, scale_o = 1/out_scale), FlashAttention-3
+FP8 from a ``fa3_peer`` binary when --fa3-peer names one (:mod:`fp8attn.bench.fa3`: its prefill rows and
+its paged FP8-KV decode, bf16 output, P without a scale; timed by the binary as this module times), and
+fp8attn (FP8 Q/K/V, P quantized with p_scale, FP8 output with out_scale).
 
 Timing: CUDA events around each call, median of --reps timed calls after --warmup calls. Decode
 calls last microseconds, less than the host's launch overhead, so decode is timed (every peer
@@ -22,11 +25,13 @@ import json
 import math
 import os
 import platform
+import warnings
 
 import torch
 
 import fp8attn
 
+from . import fa3
 from .common import FN, OUT_SCALE, P_SCALE, fmt, ideal, progress, rel_err
 
 PREFILL = [  # B, Hq, Hkv, S, D, causal
@@ -271,7 +276,14 @@ def bench_decode(cfg, args, peers):
             continue
         try:
             f = sdpa_runner(qb, kb, vb, qlen > 1, name)
-            t = graph_time_ms(f, args.warmup, args.reps)
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                t = graph_time_ms(f, args.warmup, args.reps)
+            # torch disables cuDNN attention for some calls under graph capture and says so only in a warning;
+            # the graph then times something else (at q_len 4: "beyond HBM bandwidth"), so no figure is kept.
+            disabled = [str(w.message) for w in caught if "disabled" in str(w.message)]
+            if disabled:
+                raise RuntimeError(disabled[0])
             row[f"sdpa_{name}"] = 2 * kv_bytes / t / 1e6
         except Exception as e:  # noqa: BLE001
             row[f"sdpa_{name}"] = None
@@ -289,13 +301,17 @@ def copy_bandwidth(args) -> float:
     return 2 * src.numel() / t / 1e6
 
 
-def peers_available():
+def peers_available(fa3_peer: str | None) -> list[str]:
+    """The peers this machine can run: SDPA's flash and cuDNN backends, cuDNN FP8 where its frontend imports,
+    FA3 FP8 where a fa3_peer binary is named."""
     peers = ["flash", "cudnn"]
     try:
         import cudnn  # noqa: F401
         peers.append("cudnn_fp8")
     except Exception:  # noqa: BLE001
         pass
+    if fa3_peer:
+        peers.append("fa3_fp8")
     return peers
 
 
@@ -320,28 +336,33 @@ def table(rows):
     lines = []
     pre = [r for r in rows if r["kind"] in PREFILL_KINDS]
     if pre:
-        lines += ["| kind | B | H/Hkv | S | D | causal | SDPA bf16 flash | SDPA bf16 cuDNN | cuDNN FP8 | fp8attn "
-                  "| fp8attn err | cuDNN FP8 err | fp8attn kernel |", "|---" * 13 + "|"]
+        lines += ["| kind | B | H/Hkv | S | D | causal | SDPA bf16 flash | SDPA bf16 cuDNN | cuDNN FP8 | FA3 FP8 "
+                  "| fp8attn | fp8attn err | cuDNN FP8 err | fp8attn kernel |", "|---" * 14 + "|"]
         for r in pre:
             lines.append(f"| {r['kind']} | {r['B']} | {r['H']}/{r['Hkv']} | {r['Sq']} | {r['D']} | {r['causal']} "
                          f"| {fmt(r.get('sdpa_flash'))} | {fmt(r.get('sdpa_cudnn'))} | {fmt(r.get('cudnn_fp8'))} | "
-                         f"{fmt(r.get('fp8attn'))} | {fmt(r.get('fp8attn_err'), 4)} "
+                         f"{fmt(r.get('fa3_fp8'))} | {fmt(r.get('fp8attn'))} | {fmt(r.get('fp8attn_err'), 4)} "
                          f"| {fmt(r.get('cudnn_fp8_err'), 4)} | {r.get('kernel', '-')} |")
         lines.append("")
-        lines.append("TFLOP/s (4·B·H·Sq·Sk·D / t, halved for causal); err = relative L2 error vs fp64.")
+        lines.append("TFLOP/s (4·B·H·Sq·Sk·D / t, halved for causal); err = relative L2 error vs fp64. FA3 FP8: "
+                     "FlashAttention-3's FP8 forward (fa3_peer; bf16 output; its check: max |err| vs a CPU reference, "
+                     "in the JSON).")
         lines.append("")
     dec = [r for r in rows if r["kind"] == "decode"]
     if dec:
-        lines += ["| decode B | context | q_len | H/Hkv | D | SDPA bf16 flash | SDPA bf16 cuDNN | fp8attn (paged FP8) "
-                  "| % of copy | fp8attn ms | err | fp8attn kernel |", "|---" * 12 + "|"]
+        lines += ["| decode B | context | q_len | H/Hkv | D | SDPA bf16 flash | SDPA bf16 cuDNN | FA3 FP8 (paged) "
+                  "| fp8attn (paged FP8) | % of copy | FA3 ms | fp8attn ms | err | fp8attn kernel |", "|---" * 14 + "|"]
         for r in dec:
             lines.append(f"| {r['B']} | {r['Sk']} | {r['Sq']} | {r['H']}/{r['Hkv']} | {r['D']} "
-                         f"| {fmt(r.get('sdpa_flash'))} | {fmt(r.get('sdpa_cudnn'))} | {fmt(r.get('fp8attn'))} "
-                         f"| {fmt(r.get('fp8attn_copy_pct'))} | {fmt(r.get('fp8attn_ms'), 4)} | "
-                         f"{fmt(r.get('fp8attn_err'), 4)} | {r.get('kernel', '-')} |")
+                         f"| {fmt(r.get('sdpa_flash'))} | {fmt(r.get('sdpa_cudnn'))} | {fmt(r.get('fa3_fp8'))} "
+                         f"| {fmt(r.get('fp8attn'))} | {fmt(r.get('fp8attn_copy_pct'))} "
+                         f"| {fmt(r.get('fa3_fp8_ms'), 4)} | {fmt(r.get('fp8attn_ms'), 4)} "
+                         f"| {fmt(r.get('fp8attn_err'), 4)} | {r.get('kernel', '-')} |")
         lines.append("")
-        lines.append("GB/s of K+V read (bf16 dense for SDPA, FP8 paged for fp8attn); CUDA-graph replay of 20 calls; "
-                     "% of copy: fp8attn's GB/s over the card's device-to-device copy bandwidth (the run's copy_gbps).")
+        lines.append("GB/s of K+V read (bf16 dense for SDPA, FP8 paged for FA3 and fp8attn); CUDA-graph replay of "
+                     "20 calls; FA3 FP8 (paged): FlashAttention-3's paged FP8-KV decode as vLLM's FLASH_ATTN backend "
+                     "calls it (fa3_peer; scheduler metadata computed once beforehand, as vLLM per step); % of copy: "
+                     "fp8attn's GB/s over the card's device-to-device copy bandwidth (the run's copy_gbps).")
     return "\n".join(lines)
 
 
@@ -355,7 +376,8 @@ def plot(rows, path):
     fig, axes = plt.subplots(1, 2, figsize=(15, 5))
     for ax, kinds, unit in ((axes[0], PREFILL_KINDS, "TFLOP/s"), (axes[1], ("decode",), "GB/s")):
         rs = [r for r in rows if r["kind"] in kinds]
-        names = [n for n in ("sdpa_flash", "sdpa_cudnn", "cudnn_fp8", "fp8attn") if any(r.get(n) for r in rs)]
+        names = [n for n in ("sdpa_flash", "sdpa_cudnn", "cudnn_fp8", "fa3_fp8", "fp8attn")
+                 if any(r.get(n) for r in rs)]
         w = 0.8 / max(1, len(names))
         for i, n in enumerate(names):
             ax.bar([x + i * w for x in range(len(rs))], [r.get(n) or 0 for r in rs], w, label=n)
@@ -376,7 +398,7 @@ def run(args) -> int:
     if not torch.cuda.is_available():
         print("fp8attn.bench needs a GPU (--device cpu runs the CPU benchmark)")
         return 1
-    peers = peers_available()
+    peers = peers_available(args.fa3_peer)
     if args.peers != "all":
         peers = [p for p in peers if p in args.peers.split(",")]
     work = []
@@ -394,6 +416,10 @@ def run(args) -> int:
         except Exception as e:  # noqa: BLE001
             rows.append(dict(kind=kind, cfg=str(cfg), error=repr(e)[:300]))
         torch.cuda.empty_cache()
+    fa3_log = None
+    if "fa3_fp8" in peers:  # one run of the binary for all rows, after the others (this process idle meanwhile)
+        fa3_rows, fa3_log = fa3.run(args.fa3_peer, args.only)
+        fa3.merge(rows, fa3_rows)
     env = environment()
     ok = [r for r in rows if "error" not in r]
     if any(r["kind"] == "decode" for r in ok):
@@ -403,12 +429,18 @@ def run(args) -> int:
                 r["fp8attn_copy_pct"] = 100 * r["fp8attn"] / env["copy_gbps"]
     md = f"# fp8attn benchmark\n\n{json.dumps(env)}\n\n" + table(ok)
     errs = [r for r in rows if "error" in r]
+    if fa3_log and fa3_log["rc"] != 0:
+        errs.append(dict(fa3_peer=fa3_log["command"], rc=fa3_log["rc"], stderr=fa3_log["stderr"][-3:]))
+    errs += [dict(fa3_peer=r["fa3_fp8_note"]) for r in ok if "fa3_fp8_note" in r]
     if errs:
         md += "\n\nErrors:\n" + "\n".join(f"- {r}" for r in errs)
     print(md)
     os.makedirs(args.out_dir, exist_ok=True)
+    result = dict(env=env, peers=peers, rows=rows)
+    if fa3_log:
+        result["fa3_peer"] = fa3_log  # the binary's command, exit code and output
     with open(os.path.join(args.out_dir, "bench.json"), "w") as f:
-        json.dump(dict(env=env, peers=peers, rows=rows), f, indent=1)
+        json.dump(result, f, indent=1)
     with open(os.path.join(args.out_dir, "bench.md"), "w") as f:
         f.write(md + "\n")
     plot(ok, os.path.join(args.out_dir, "bench.png"))

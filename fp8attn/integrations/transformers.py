@@ -1,4 +1,4 @@
-"""Run Hugging Face transformers models (Llama, Qwen, Mistral-style) through fp8attn's FP8 attention.
+"""Run Hugging Face transformers models (Llama, Qwen, Mistral, Gemma, gpt-oss) through fp8attn's FP8 attention.
 
     from fp8attn.integrations import transformers as fp8hf
     fp8hf.register()                                     # adds "fp8attn" to AttentionInterface
@@ -17,7 +17,8 @@ precision steps (Q/K/V, +P, +O) can be measured separately.
 
 Masks: causal (bottom-right when q is shorter than k, i.e. decode with a KV cache), padding (the
 2D mask transformers passes for a registered implementation — sequences are unpadded into
-fp8attn's varlen layout), sliding window and logit softcap. Dropout is refused.
+fp8attn's varlen layout), sliding window and logit softcap; attention sinks (gpt-oss's ``s_aux``).
+Dropout is refused.
 """
 
 from __future__ import annotations
@@ -178,7 +179,7 @@ def unpad(x: torch.Tensor, keep: torch.Tensor) -> tuple[torch.Tensor, torch.Tens
 
 
 def _run_kernel(cfg: Fp8AttnLayerConfig, s: AttentionScales, q, k8, v8, *, softmax_scale, causal, window,
-                softcap, out_dtype, **varlen):
+                softcap, sinks, out_dtype, **varlen):
     import fp8attn
 
     from ..quant import quantize
@@ -187,7 +188,7 @@ def _run_kernel(cfg: Fp8AttnLayerConfig, s: AttentionScales, q, k8, v8, *, softm
         q_in = q  # quantized in the kernel with q_descale
     else:
         q_in = quantize(q, s.q, cfg.fp8_dtype)
-    kw = dict(softmax_scale=softmax_scale, causal=causal, window_size=window, softcap=softcap,
+    kw = dict(softmax_scale=softmax_scale, causal=causal, window_size=window, softcap=softcap, sinks=sinks,
               q_descale=s.q, k_descale=s.k, v_descale=s.v,
               p_scale=s.p if cfg.use_checkpoint_p_scale else None, **varlen)
     if cfg.fp8_output:
@@ -198,7 +199,7 @@ def _run_kernel(cfg: Fp8AttnLayerConfig, s: AttentionScales, q, k8, v8, *, softm
 
 
 def _emulate(cfg: Fp8AttnLayerConfig, s: AttentionScales, q, k8, v8, *, softmax_scale, causal, window,
-             softcap, keep_q=None, keep_k=None):
+             softcap, sinks, keep_q=None, keep_k=None):
     """FP8 Q/K/V, unquantized P, in fp32 (dense [B, S, H, D]); O optionally FP8-rounded."""
     from ..quant import quantize
 
@@ -207,7 +208,7 @@ def _emulate(cfg: Fp8AttnLayerConfig, s: AttentionScales, q, k8, v8, *, softmax_
     kf = (k8.float() * s.k).transpose(1, 2)
     vf = (v8.float() * s.v).transpose(1, 2)
     o = eager_attention(qf, kf, vf, softmax_scale=softmax_scale, causal=causal, window=window, softcap=softcap,
-                        keep_k=keep_k).transpose(1, 2)
+                        sinks=sinks, keep_k=keep_k).transpose(1, 2)
     if cfg.fp8_output:
         o = quantize(o, s.o, cfg.fp8_dtype).float() * s.o
     if keep_q is not None:
@@ -215,9 +216,10 @@ def _emulate(cfg: Fp8AttnLayerConfig, s: AttentionScales, q, k8, v8, *, softmax_
     return o
 
 
-def eager_attention(q, k, v, *, softmax_scale, causal, window=(-1, -1), softcap=0.0, keep_k=None,
+def eager_attention(q, k, v, *, softmax_scale, causal, window=(-1, -1), softcap=0.0, sinks=None, keep_k=None,
                     stats: dict | None = None):
     """fp32 attention on [B, H, S, D] tensors (GQA by head groups); rows with no visible key give 0.
+    sinks ([H], final-logit units, not capped): each row's softmax gains exp(sink - m) in its denominator.
 
     With `stats`, also records the max of the unnormalized probabilities exp(S - rowmax) in stats["p"]."""
     h, hkv = q.shape[1], k.shape[1]
@@ -241,6 +243,11 @@ def eager_attention(q, k, v, *, softmax_scale, causal, window=(-1, -1), softcap=
     if stats is not None:
         stats["p"] = max(stats.get("p", 0.0), float(p.amax().item()) if p.numel() else 0.0)
     l = p.sum(-1, keepdim=True)
+    if sinks is not None:
+        sink = sinks.float().view(1, -1, 1, 1)
+        m_all = torch.maximum(m, sink)
+        scale = torch.exp(m - m_all)
+        p, l = p * scale, l * scale + torch.exp(sink - m_all)
     return torch.matmul(p / torch.where(l > 0, l, torch.ones_like(l)), v)
 
 
@@ -255,9 +262,11 @@ def fp8attn_attention_forward(
     sliding_window: int | None = None,
     softcap: float | None = None,
     is_causal: bool | None = None,
+    s_aux: torch.Tensor | None = None,
     **kwargs,
 ) -> tuple[torch.Tensor, None]:
-    """transformers attention function: query [B, H, Sq, D], key/value [B, Hkv, Sk, D] → [B, Sq, H, D]."""
+    """transformers attention function: query [B, H, Sq, D], key/value [B, Hkv, Sk, D] → [B, Sq, H, D].
+    s_aux: gpt-oss's attention sinks, one logit per query head."""
     from ..quant import quantize
 
     cfg = getattr(module, "fp8attn", None)
@@ -287,7 +296,8 @@ def fp8attn_attention_forward(
                              f"function, got {attention_mask.dtype} of shape {tuple(attention_mask.shape)}")
         keep_k = attention_mask[:, -sk:]
         keep_q = keep_k[:, -sq:]
-    common = dict(softmax_scale=softmax_scale, causal=causal, window=window, softcap=softcap)
+    sinks = None if s_aux is None else s_aux.detach().float().contiguous()
+    common = dict(softmax_scale=softmax_scale, causal=causal, window=window, softcap=softcap, sinks=sinks)
 
     if not cfg.quantize_p:
         o = _emulate(cfg, s, q, k8, v8, keep_q=keep_q, keep_k=keep_k, **common)

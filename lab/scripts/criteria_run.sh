@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Issue 29's criteria on the card the device tool gives, in one call: build (D 64 / 128 / 256, e4m3fn, sm_90a), the
 # GPU suite on the default pipelines and its decode tests on the mma.sync decode kernels (FP8ATTN_PIPELINE=decode),
-# the sanitizers, the benchmark with its peers (SDPA bf16, cuDNN FP8 through a carried nvidia-cudnn-frontend wheel;
-# decode as % of the card's copy bandwidth), FlashAttention-3 FP8 (a carried fa3_peer binary, built here by
-# lab/standalone/fa3_peer/build.sh: prefill rows and vLLM's paged FP8 decode) and gather_bw (the paged cache's read
-# ceiling), decode_timeline.py (each decode kernel and the gaps of a call), and criteria_table.py (the issue's bars
-# against this run). Results in $OUT.
+# the sanitizers, the benchmark with its peers in one bench.json (SDPA bf16, cuDNN FP8 through a carried
+# nvidia-cudnn-frontend wheel, FlashAttention-3 FP8 from a carried fa3_peer binary, built here by
+# lab/standalone/fa3_peer/build.sh, as --fa3-peer: prefill rows and vLLM's paged FP8 decode; decode as % of the card's
+# copy bandwidth), gather_bw (the paged cache's read ceiling), decode_timeline.py (each decode kernel and the gaps of
+# a call), and criteria_table.py (the issue's bars against this run). Results in $OUT.
 #   run: [QUICK=1] bash lab/scripts/criteria_run.sh     carry: .carry (fa3_peer, wheels/), build-standalone (gather_bw)
 set -uo pipefail
 export PATH=/usr/local/cuda/bin:$PATH CXX=/usr/bin/g++ CC=/usr/bin/gcc CUDAHOSTCXX=/usr/bin/g++ TORCH_CUDA_ARCH_LIST=9.0a
@@ -34,10 +34,10 @@ if [ -z "${QUICK:-}" ]; then  # QUICK=1: the GPU suite, bench and peers only (a 
     echo "rc=$?"; tail -1 "$OUT/sanitizer_$tool.log"
   done
 fi
-step bench
-timeout 200 python3 -m fp8attn.bench --out-dir "$OUT" 2>"$OUT/bench.err" | grep -v "^$"
-step "FlashAttention-3 FP8 (fa3_peer)"
-timeout 100 .carry/fa3_peer 2>&1 | tee "$OUT/fa3_peer.txt" | grep "^fa3"
+step "bench (FA3 FP8 from .carry/fa3_peer when carried)"
+fa3=()
+[ -x .carry/fa3_peer ] && fa3=(--fa3-peer .carry/fa3_peer)
+timeout 300 python3 -m fp8attn.bench --out-dir "$OUT" "${fa3[@]}" 2>"$OUT/bench.err" | grep -v "^$"
 step "decode timeline (torch.profiler over graph replays)"
 timeout 60 python3 lab/scripts/decode_timeline.py --out "$OUT/decode_timeline.json" 2>&1 | tee "$OUT/decode_timeline.txt" | tail -30
 step "gather_bw"

@@ -1,4 +1,5 @@
-"""Issue 29's criteria from one criteria_run.sh output folder: the benchmark's bench.json and fa3_peer.txt.
+"""Issue 29's criteria from one criteria_run.sh output folder: the benchmark's bench.json, FA3 FP8 in its rows
+(`python -m fp8attn.bench --fa3-peer`: fa3_fp8 / fa3_fp8_ms).
 
     python3 lab/scripts/criteria_table.py OUTDIR
 
@@ -11,20 +12,8 @@ per call (bar: faster).
 from __future__ import annotations
 
 import json
-import re
 import sys
 from pathlib import Path
-
-
-def fa3_rows(text: str) -> tuple[dict, dict]:
-    """fa3_peer's prefill TFLOP/s by (B, H, Hkv, S, D, causal) and decode us by (B, context, q_len)."""
-    prefill, decode = {}, {}
-    for m in re.finditer(r"^fa3 fp8 (\d+)x(\d+)(?:/(\d+))?x(\d+)x(\d+)( causal)?\s+\S+ ms\s+(\d+) TFLOP/s", text, re.M):
-        b, h, hkv, s, d = (int(m.group(i)) if m.group(i) else None for i in range(1, 6))
-        prefill[(b, h, hkv or h, s, d, bool(m.group(6)))] = float(m.group(7))
-    for m in re.finditer(r"^fa3 decode (\d+) (\d+) (\d+)\s+([\d.]+) us", text, re.M):
-        decode[tuple(int(m.group(i)) for i in range(1, 4))] = float(m.group(4))
-    return prefill, decode
 
 
 def mark(ok: bool) -> str:
@@ -45,16 +34,20 @@ def head(*cols: str) -> None:
 
 def main(out: Path) -> None:
     bench = json.loads((out / "bench.json").read_text())
-    fa3_p, fa3_d = fa3_rows((out / "fa3_peer.txt").read_text())
     rows = [r for r in bench["rows"] if "error" not in r]
     of = lambda kind: [r for r in rows if r["kind"] == kind]  # noqa: E731
     copy = bench["env"].get("copy_gbps")
     print(f"{bench['env']['device']}, torch {bench['env']['torch']}, commit {bench['env']['commit']}, "
-          f"{bench['env']['date']}; copy bandwidth {copy} GB/s\n")
+          f"{bench['env']['date']}; copy bandwidth {copy} GB/s")
+    fa3_run = bench.get("fa3_peer")
+    if fa3_run is None:
+        print("FA3 FP8: not in this run (the benchmark had no --fa3-peer)")
+    elif fa3_run["rc"] != 0:
+        print(f"FA3 FP8: fa3_peer exited {fa3_run['rc']}: {' / '.join(fa3_run.get('stderr', [])[-2:])}")
+    print()
     head("prefill B, H/Hkv, S, D, causal", "cuDNN FP8", "FA3 FP8", "fp8attn", "/ faster peer", ">= 1.05x")
     for r in of("prefill"):
-        key = (r["B"], r["H"], r["Hkv"], r["Sq"], r["D"], r["causal"])
-        cudnn, fa3 = r.get("cudnn_fp8"), fa3_p.get(key)
+        cudnn, fa3 = r.get("cudnn_fp8"), r.get("fa3_fp8")
         peer = max(x for x in (cudnn, fa3, 0.0) if x is not None)
         ratio = r["fp8attn"] / peer if peer else float("nan")
         print(f"| {r['B']}, {r['H']}/{r['Hkv']}, {r['Sq']}, {r['D']}, {'yes' if r['causal'] else 'no'} | "
@@ -70,7 +63,7 @@ def main(out: Path) -> None:
         bar = 65 if qlen > 1 else 70 if b == 1 and ctx >= 32768 else 85 if b * ctx >= 8 * 8192 else None
         pct = r.get("fp8attn_copy_pct")
         us = 1000 * r["fp8attn_ms"]
-        fa3 = fa3_d.get((b, ctx, qlen))
+        fa3 = 1000 * r["fa3_fp8_ms"] if r.get("fa3_fp8") is not None else None  # None: absent or its check failed
         bar_txt = f">= {bar} %: {mark(pct >= bar)}" if bar and pct is not None else "-"
         fa3_txt = f"{fa3:.1f} | {fa3 / us:.2f}" if fa3 else "- | -"
         pct_txt = f"{pct:.0f} %" if pct is not None else "-"

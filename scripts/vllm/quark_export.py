@@ -1,11 +1,14 @@
-"""Quantize the embedded model (models/stdlib-llama) with AMD Quark (amd-quark 0.13) into Quark's own exports,
-and make each one servable by vLLM's CPU engine:
+"""Quantize a byte-level model (default: the embedded one, models/stdlib-llama; or a checkpoint of
+``python -m fp8attn.families``) with AMD Quark (amd-quark 0.13) into Quark's own exports, and make each one
+servable by vLLM's CPU engine:
 
     python scripts/vllm/quark_export.py OUT_DIR [--schemes fp8-qkv-prob,fp8-kv,attention-only,post-rope]
+        [--model DIR] [--text FILE]
 
 For each scheme, OUT_DIR/<scheme>/ is what ``export_safetensors(model, dir, custom_mode="quark")`` wrote, and
 OUT_DIR/<scheme>-cpu/ the same checkpoint as vLLM 0.32/0.33's CPU engine can load it (both get the byte
-tokenizer of scripts/vllm/stdlib_llama.py). The schemes, LLMTemplate.get("llama").get_config(...) with:
+tokenizer of fp8attn.families). The schemes, Quark's template for the model's type
+(``LLMTemplate.get(config.model_type).get_config(...)``) with:
 
     fp8-qkv-prob    scheme="fp8", kv_cache_scheme="fp8", attention_scheme="fp8"      q, k, v, prob, o scales
     fp8-kv          scheme="fp8", kv_cache_scheme="fp8"                              k, v, o scales
@@ -13,7 +16,8 @@ tokenizer of scripts/vllm/stdlib_llama.py). The schemes, LLMTemplate.get("llama"
     post-rope       attention-only with kv_cache_post_rope=True                      k, v (measured after RoPE), prob
 
 Calibration: the model in bfloat16 with eager attention (Quark measures the probability scale by patching the
-softmax of eager attention only) over --windows windows of 512 bytes of MODEL/calib.txt.
+softmax of eager attention only) over --windows windows of 512 bytes of --text (default: the embedded model's
+calib.txt).
 
 What the "-cpu" copies change, and why (nothing else, and no attention scale):
 - FP8 linear layers (fp8-qkv-prob, fp8-kv): vLLM's CPU build has no FP8 GEMM (its Quark W8A8 scheme calls a
@@ -34,17 +38,17 @@ import fnmatch
 import json
 import os
 import shutil
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from stdlib_llama import MODEL, write_byte_tokenizer  # noqa: E402
+from fp8attn.families import write_byte_tokenizer
+
+MODEL = Path(__file__).resolve().parents[2] / "models" / "stdlib-llama"
 
 SCHEMES = ("fp8-qkv-prob", "fp8-kv", "attention-only", "post-rope")
 
 
-def quark_config(scheme: str):
-    """The Quark QConfig of a scheme (see the module docstring)."""
+def quark_config(scheme: str, model_type: str = "llama"):
+    """The Quark QConfig of a scheme for a model type (see the module docstring)."""
     from quark.torch import LLMTemplate
 
     kw = dict(scheme="fp8", kv_cache_scheme="fp8")
@@ -52,24 +56,27 @@ def quark_config(scheme: str):
         kw["attention_scheme"] = "fp8"
     if scheme in ("attention-only", "post-rope"):
         kw["exclude_layers"] = ["*"]
-    config = LLMTemplate.get("llama").get_config(**kw)
+    config = LLMTemplate.get(model_type).get_config(**kw)
     if scheme == "post-rope":
         config.kv_cache_post_rope = True
     return config
 
 
-def export(scheme: str, out: Path, model_dir: Path = MODEL, windows: int = 16) -> Path:
-    """Quantize models/stdlib-llama with Quark and export it (custom_mode="quark") into out."""
+def export(scheme: str, out: Path, model_dir: Path = MODEL, windows: int = 16,
+           text: Path = MODEL / "calib.txt") -> Path:
+    """Quantize the model in model_dir with Quark and export it (custom_mode="quark") into out."""
     import torch
     from quark.torch import ModelQuantizer, export_safetensors
     from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.bfloat16, attn_implementation="eager")
     model.eval()
-    data = (model_dir / "calib.txt").read_bytes()[: windows * 512]
+    data = text.read_bytes()[: windows * 512]
+    if len(data) < windows * 512:
+        raise ValueError(f"text: {text} holds {len(data)} bytes, fewer than {windows} windows of 512")
     ids = torch.tensor(list(data), dtype=torch.long).view(-1, 512)
     loader = torch.utils.data.DataLoader(ids, batch_size=4)
-    quantizer = ModelQuantizer(quark_config(scheme))
+    quantizer = ModelQuantizer(quark_config(scheme, model.config.model_type))
     model = quantizer.freeze(quantizer.quantize_model(model, loader))
     if out.exists():
         shutil.rmtree(out)
@@ -115,7 +122,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("out", help="the directory to write the exports into")
     ap.add_argument("--schemes", default=",".join(SCHEMES), help="comma list (default: %(default)s)")
-    ap.add_argument("--model", default=str(MODEL))
+    ap.add_argument("--model", default=str(MODEL), help="a byte-level HF model directory (default: %(default)s)")
+    ap.add_argument("--text", default=str(MODEL / "calib.txt"), help="calibration text (default: %(default)s)")
     ap.add_argument("--windows", type=int, default=16, help="calibration windows of 512 bytes (default 16)")
     args = ap.parse_args(argv)
     os.environ.setdefault("QUARK_DISABLE_COMPILE", "1")  # Quark's fake-quant torch.compile fails on torch 2.13
@@ -123,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
     for scheme in args.schemes.split(","):
         if scheme not in SCHEMES:
             ap.error(f"--schemes: unknown scheme {scheme!r}; expected some of {', '.join(SCHEMES)}")
-        raw = export(scheme, out / scheme, Path(args.model), args.windows)
+        raw = export(scheme, out / scheme, Path(args.model), args.windows, Path(args.text))
         print(f"{scheme}: {raw}, {cpu_servable(raw, out / f'{scheme}-cpu')}", flush=True)
     return 0
 

@@ -45,7 +45,7 @@ def pytest_collection_modifyitems(config, items):
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from engines import ROOT, Reference  # noqa: E402
+from engines import ROOT, Reference, quark_export  # noqa: E402
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -68,6 +68,12 @@ def serving_dir(tmp_path_factory) -> Path:
     subprocess.run([sys.executable, str(ROOT / "scripts" / "vllm" / "stdlib_llama.py"), str(out)], check=True,
                    capture_output=True, timeout=300)
     return out
+
+
+@pytest.fixture(scope="session")
+def exports(tmp_path_factory) -> Path:
+    """The Quark exports of the embedded model, by scripts/vllm/quark_export.py: OUT/<scheme>[-cpu]."""
+    return quark_export(tmp_path_factory.mktemp("quark"))
 
 
 @pytest.fixture(scope="session")

@@ -2,15 +2,20 @@
 
     python tests/engine/engine_job.py JOB.json RESULT.json
 
-JOB.json: {"engines": [{"name", "env": {VAR: value}, "llm": {LLM kwargs}, "tasks": [{"kind", ...}]}]}.
-Each engine is an ``LLM(...)``, so vLLM spawns its engine core and workers as for any user; ``env`` is set
-while it is built (the spawned processes inherit it). Around each engine this prints ``=== engine NAME
-start`` / ``end`` on stderr, so a test can tell which lines of the engines' logs belong to which engine.
+JOB.json: {"engines": [{"name", "env": {VAR: value}, "llm": {LLM kwargs}, "tasks": [{"kind", ...}],
+"may_fail": bool}]}. Each engine is an ``LLM(...)``, so vLLM spawns its engine core and workers as for any
+user; ``env`` is set while it is built (the spawned processes inherit it). An engine with ``may_fail`` that
+fails to start gives ``{"error": "Type: message"}`` instead of task results (the root cause is in the
+log). Around each engine this prints ``=== engine NAME start`` / ``end`` on stderr, so a test can tell
+which lines of the engines' logs belong to which engine.
 Tasks (results keyed by kind):
 
 - ``greedy`` {"prompts": [str], "max_tokens"}: the generated token ids of each prompt, temperature 0.
+- ``decode`` {"prompts": [str], "max_tokens"}: as greedy, with vLLM's log-probability of each generated token:
+  {"tokens": [[ids]], "logprobs": [[float]]}.
 - ``nll`` {"windows": [[token ids]]}: the sum of -log p(token | prefix) over every token after the first of
-  each window (vLLM's prompt logprobs) and the number of tokens summed.
+  each window (vLLM's prompt logprobs), the number of tokens summed, and each window's log p(token | prefix)
+  in order (``logprobs``).
 - ``load`` {"requests": [{"prompt_token_ids", "max_tokens"}]}: the requests submitted together, then each
   alone, temperature 0: the token ids both ways, and the growth of vLLM's preemption and prefix-cache
   counters over the concurrent run.
@@ -42,24 +47,32 @@ def environment(env: dict[str, str]):
                 os.environ[k] = v
 
 
-def greedy(llm, task: dict) -> list[list[int]]:
+def _greedy(llm, task: dict, logprobs: int | None) -> list:
     from vllm import SamplingParams
 
-    params = SamplingParams(temperature=0.0, max_tokens=task["max_tokens"], ignore_eos=True)
-    return [list(o.outputs[0].token_ids) for o in llm.generate(task["prompts"], params, use_tqdm=False)]
+    params = SamplingParams(temperature=0.0, max_tokens=task["max_tokens"], ignore_eos=True, logprobs=logprobs)
+    return [o.outputs[0] for o in llm.generate(task["prompts"], params, use_tqdm=False)]
 
 
-def nll(llm, task: dict) -> dict[str, float]:
+def greedy(llm, task: dict) -> list[list[int]]:
+    return [list(o.token_ids) for o in _greedy(llm, task, None)]
+
+
+def decode(llm, task: dict) -> dict[str, list]:
+    outs = _greedy(llm, task, 0)
+    return {"tokens": [list(o.token_ids) for o in outs],
+            "logprobs": [[step[t].logprob for t, step in zip(o.token_ids, o.logprobs, strict=True)] for o in outs]}
+
+
+def nll(llm, task: dict) -> dict:
     from vllm import SamplingParams
 
     params = SamplingParams(temperature=0.0, max_tokens=1, prompt_logprobs=0)
     prompts = [{"prompt_token_ids": ids} for ids in task["windows"]]
-    total, count = 0.0, 0
-    for window, out in zip(task["windows"], llm.generate(prompts, params, use_tqdm=False), strict=True):
-        for token, logprobs in zip(window[1:], out.prompt_logprobs[1:], strict=True):
-            total -= logprobs[token].logprob
-            count += 1
-    return {"nll": total, "tokens": count}
+    outs = llm.generate(prompts, params, use_tqdm=False)
+    per_window = [[step[token].logprob for token, step in zip(window[1:], out.prompt_logprobs[1:], strict=True)]
+                  for window, out in zip(task["windows"], outs, strict=True)]
+    return {"nll": -sum(map(sum, per_window)), "tokens": sum(map(len, per_window)), "logprobs": per_window}
 
 
 def _counters(llm) -> dict[str, float]:
@@ -90,27 +103,36 @@ def scales(llm, task: dict) -> list[dict[str, dict[str, float]]]:
     return llm.collective_rpc(_layer_scales)
 
 
-TASKS = {"greedy": greedy, "nll": nll, "load": load, "scales": scales}
+TASKS = {"greedy": greedy, "decode": decode, "nll": nll, "load": load, "scales": scales}
+
+
+def run_engine(spec: dict) -> dict:
+    from vllm import LLM
+
+    start = time.monotonic()
+    with environment(spec.get("env", {})):
+        try:
+            llm = LLM(**spec["llm"])
+        except Exception as e:
+            if not spec.get("may_fail"):
+                raise
+            return {"error": f"{type(e).__name__}: {e}", "seconds": {"start": time.monotonic() - start}}
+        ready = time.monotonic()
+        out = {task["kind"]: TASKS[task["kind"]](llm, task) for task in spec["tasks"]}
+        llm.llm_engine.engine_core.shutdown()
+        del llm
+        gc.collect()
+    out["seconds"] = {"start": ready - start, "tasks": time.monotonic() - ready}
+    return out
 
 
 def main(job_path: str, result_path: str) -> int:
-    from vllm import LLM
-
     job = json.loads(open(job_path).read())
     results = {}
     for spec in job["engines"]:
         name = spec["name"]
         print(f"=== engine {name} start", file=sys.stderr, flush=True)
-        start = time.monotonic()
-        with environment(spec.get("env", {})):
-            llm = LLM(**spec["llm"])
-            ready = time.monotonic()
-            out = {task["kind"]: TASKS[task["kind"]](llm, task) for task in spec["tasks"]}
-            llm.llm_engine.engine_core.shutdown()
-            del llm
-            gc.collect()
-        out["seconds"] = {"start": ready - start, "tasks": time.monotonic() - ready}
-        results[name] = out
+        results[name] = run_engine(spec)
         print(f"=== engine {name} end", file=sys.stderr, flush=True)
         with open(result_path, "w") as f:  # after each engine, so a later failure keeps the earlier results
             json.dump(results, f)

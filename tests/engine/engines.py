@@ -1,14 +1,18 @@
-"""What the engine tests share: the engines' settings, running engine_job.py, the log lines that show FP8ATTN
-ran, the transformers reference, and the greedy comparison."""
+"""What the engine tests share: the engines' settings, running engine_job.py, the OpenAI server, the log lines
+that show FP8ATTN ran, the transformers reference, and the greedy comparison."""
 
 from __future__ import annotations
 
 import json
 import os
 import re
+import signal
+import socket
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -74,6 +78,73 @@ def run_engines(engines: list[dict], workdir: Path, timeout: float = 1500) -> En
     return EngineRun(json.loads(result.read_text()), log, seconds)
 
 
+def quark_export(out: Path, *args: str) -> Path:
+    """scripts/vllm/quark_export.py OUT ARGS... (amd-quark 0.13): OUT/<scheme>[-cpu]; returns out."""
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "vllm" / "quark_export.py"), str(out), *args],
+                          cwd=out, env={**os.environ, "QUARK_DISABLE_COMPILE": "1"}, capture_output=True, text=True,
+                          timeout=1800)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-6000:]
+    return out
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def post(url: str, body: dict, timeout: float = 300):
+    req = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+    return urllib.request.urlopen(req, timeout=timeout)
+
+
+class Server:
+    def __init__(self, model: Path, workdir: Path):
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.model = str(model)
+        self.log_path = workdir / "server.log"
+        self._log = open(self.log_path, "w")
+        env = {**{k: v for k, v in os.environ.items() if k != "VLLM_CPU_KVCACHE_SPACE"}, **FP8ATTN,
+               "VLLM_CPU_KVCACHE_SPACE": "1", "PYTHONUNBUFFERED": "1"}
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", self.model, "--host", "127.0.0.1",
+             "--port", str(self.port), "--kv-cache-dtype", "fp8", "--attention-backend", "CUSTOM", "--dtype",
+             "bfloat16", "--max-model-len", "512", "--block-size", "32"],
+            cwd=workdir, env=env, stdout=self._log, stderr=subprocess.STDOUT)
+
+    def wait_ready(self, timeout: float = 900) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise AssertionError(f"the server exited ({self.proc.returncode}):\n{self.log()[-6000:]}")
+            try:
+                with urllib.request.urlopen(f"{self.url}/health", timeout=5) as r:
+                    if r.status == 200:
+                        return
+            except (urllib.error.URLError, ConnectionError, TimeoutError):
+                pass
+            time.sleep(2)
+        raise AssertionError(f"the server was not ready in {timeout} s:\n{self.log()[-6000:]}")
+
+    def stop(self) -> int:
+        """SIGTERM to the server's PID, then its exit status (SIGKILL after 120 s)."""
+        if self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(120)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(30)
+        self._log.close()
+        return self.proc.returncode
+
+    def log(self) -> str:
+        if not self._log.closed:
+            self._log.flush()
+        return self.log_path.read_text(errors="replace")
+
+
 FORWARD_LINE = re.compile(r"^\((?P<proc>[^)]*?) pid=\d+\).*FP8ATTN forward running \(fp8attn on cpu\)", re.M)
 
 
@@ -83,14 +154,16 @@ def fp8attn_processes(log: str) -> list[str]:
 
 
 class Reference:
-    """The embedded model in fp32 under transformers: greedy generations and next-token log-probabilities."""
+    """A model (default: the embedded one) in fp32 under transformers: greedy generations and next-token
+    log-probabilities. Eager attention: transformers' SDPA path drops Gemma-2's attention logit softcap."""
 
-    def __init__(self):
+    def __init__(self, model_dir: Path = MODEL):
         import torch
         from transformers import AutoModelForCausalLM
 
         self.torch = torch
-        self.model = AutoModelForCausalLM.from_pretrained(str(MODEL), dtype=torch.float32).eval()
+        self.model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32,
+                                                          attn_implementation="eager").eval()
 
     def greedy(self, prompt: str, n: int = GREEDY_TOKENS) -> list[int]:
         ids = self.torch.tensor([list(prompt.encode())])
@@ -99,8 +172,17 @@ class Reference:
         return out[0, ids.shape[1]:].tolist()
 
     def logprobs(self, ids: list[int]):
+        """log p(· | ids): [vocab]."""
+        return self.all_logprobs(ids)[-1]
+
+    def token_logprobs(self, ids: list[int]):
+        """log p(ids[i] | ids[:i]) for i >= 1, as vLLM's prompt logprobs: [len(ids) - 1]."""
+        return self.all_logprobs(ids)[:-1].gather(1, self.torch.tensor(ids[1:])[:, None])[:, 0]
+
+    def all_logprobs(self, ids: list[int]):
+        """log p(· | ids[:i + 1]) for every i: [len(ids), vocab]."""
         with self.torch.no_grad():
-            return self.torch.log_softmax(self.model(self.torch.tensor([ids])).logits[0, -1].float(), -1)
+            return self.torch.log_softmax(self.model(self.torch.tensor([ids])).logits[0].float(), -1)
 
 
 # nats: two next tokens whose fp32 log-probabilities are this close are a tie for a bf16 model. vLLM's own

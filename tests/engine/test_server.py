@@ -11,78 +11,14 @@ by its PID. The server keeps vLLM's default compilation (torch.compile of the mo
 from __future__ import annotations
 
 import json
-import os
-import signal
-import socket
 import subprocess
 import sys
-import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 import pytest
-from engines import FP8ATTN, GREEDY_TOKENS, check_greedy, fp8attn_processes
+from engines import GREEDY_TOKENS, Server, check_greedy, fp8attn_processes, post
 
 PROMPT = "def main("
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def post(url: str, body: dict, timeout: float = 300):
-    req = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
-    return urllib.request.urlopen(req, timeout=timeout)
-
-
-class Server:
-    def __init__(self, model: Path, workdir: Path):
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.model = str(model)
-        self.log_path = workdir / "server.log"
-        self._log = open(self.log_path, "w")
-        env = {**{k: v for k, v in os.environ.items() if k != "VLLM_CPU_KVCACHE_SPACE"}, **FP8ATTN,
-               "VLLM_CPU_KVCACHE_SPACE": "1", "PYTHONUNBUFFERED": "1"}
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", self.model, "--host", "127.0.0.1",
-             "--port", str(self.port), "--kv-cache-dtype", "fp8", "--attention-backend", "CUSTOM", "--dtype",
-             "bfloat16", "--max-model-len", "512", "--block-size", "32"],
-            cwd=workdir, env=env, stdout=self._log, stderr=subprocess.STDOUT)
-
-    def wait_ready(self, timeout: float = 900) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise AssertionError(f"the server exited ({self.proc.returncode}):\n{self.log()[-6000:]}")
-            try:
-                with urllib.request.urlopen(f"{self.url}/health", timeout=5) as r:
-                    if r.status == 200:
-                        return
-            except (urllib.error.URLError, ConnectionError, TimeoutError):
-                pass
-            time.sleep(2)
-        raise AssertionError(f"the server was not ready in {timeout} s:\n{self.log()[-6000:]}")
-
-    def stop(self) -> int:
-        """SIGTERM to the server's PID, then its exit status (SIGKILL after 120 s)."""
-        if self.proc.poll() is None:
-            os.kill(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(120)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(30)
-        self._log.close()
-        return self.proc.returncode
-
-    def log(self) -> str:
-        if not self._log.closed:
-            self._log.flush()
-        return self.log_path.read_text(errors="replace")
 
 
 @pytest.fixture(scope="module")

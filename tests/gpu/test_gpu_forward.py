@@ -537,3 +537,18 @@ def test_write_kv_cache_matches_cpu():
         torch.ops.fp8attn.write_kv_cache(key.to(dev), val.to(dev), kc, vc, slots.to(dev), ks.to(dev), vs.to(dev))
         res[dev] = (kc.cpu().view(torch.uint8), vc.cpu().view(torch.uint8))
     assert torch.equal(res["cpu"][0], res[DEV][0]) and torch.equal(res["cpu"][1], res[DEV][1])
+
+
+def test_write_kv_cache_skips_device_slots_past_the_cache():
+    """A device slot_mapping is not validated on the host (no sync): a slot past the cache is skipped like a
+    negative one, never written out of bounds (the cache is a view into a larger, NaN-guarded buffer)."""
+    T, Hkv, D, nb, bs = 4, 2, 128, 3, 16
+    key = torch.randn(T, Hkv, D).to(BF16)
+    guard = torch.full((nb + 1, bs, Hkv, D), 0x7F, dtype=torch.uint8, device=DEV)  # 0x7f: e4m3fn NaN
+    kc, vc = guard[:nb].view(FN), torch.zeros(nb, bs, Hkv, D, dtype=FN, device=DEV)
+    slots = torch.tensor([0, nb * bs, nb * bs + 5, 1], device=DEV)
+    torch.ops.fp8attn.write_kv_cache(key.to(DEV), key.to(DEV), kc, vc, slots, None, None)
+    torch.cuda.synchronize()
+    assert torch.equal(guard[nb], torch.full_like(guard[nb], 0x7F)), "a write landed past the cache"
+    expect = key.to(FN).view(torch.uint8).to(DEV)
+    assert torch.equal(guard[0, 0], expect[0]) and torch.equal(guard[0, 1], expect[3])

@@ -10,6 +10,7 @@
 // Scalar API (host and device; the CPU implementation's per-row calls, docs/internal-interfaces.md):
 //   softmax_update(m_old, tile_max, exp2) -> {m, offset, alpha}
 //   needs_rescale(alpha)
+//   add_sink(m, l, sink, inv_p_scale, exp2) -> {m, l, acc_scale}   (attention sinks, before finish_row)
 //   finish_row(m, l, o_factor, p_scale)   -> {o_scale, lse};  out_value(acc, o_scale)
 //   quad_share(l)
 //   RowKeys<kHasMask>::of(mask, row), tile_needs_mask<kHasMask>(...)   (mask.h)
@@ -45,6 +46,22 @@ FP8ATTN_HD RowUpdate softmax_update(float m_old, float tile_max, Exp2 exp2) {
 
 // Whether acc and l must be multiplied by alpha (1 changes nothing; NaN is a change).
 FP8ATTN_HD bool needs_rescale(float alpha) { return !(alpha == 1.f); }
+
+// A row's attention sink: one more logit `sink` (log2 units) whose term adds to the denominator and
+// nothing to acc, applied once to the row's final state, after its last KV tile (the running max never
+// starts at it, so P is quantized against the row's own maximum: docs/numerics.md, "Attention sinks").
+// m becomes max(m, sink); acc and l are rescaled by acc_scale = exp2(m_old - m), and l (a sum of p8 =
+// p / p_scale) gains exp2(sink - m) / p_scale. A row that saw no key (m = -inf) gets acc_scale 0 and
+// l = 1 / p_scale: out 0, lse = the sink. A NaN m stays NaN.
+struct SinkRow {
+  float m, l, acc_scale;
+};
+template <class Exp2>
+FP8ATTN_HD SinkRow add_sink(float m, float l, float sink, float inv_p_scale, Exp2 exp2) {
+  const float m_new = max_nan(m, sink);
+  const float a = exp2(m - m_new);
+  return {m_new, l * a + exp2(sink - m_new) * inv_p_scale, a};
+}
 
 // The row's output factor and lse: O = acc * o_scale with o_scale = o_factor / l (o_factor:
 // v_descale and the atom's product scale), lse = m ln2 + ln(l p_scale) (natural log). A row that saw

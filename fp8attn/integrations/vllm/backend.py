@@ -17,6 +17,10 @@ Written against vLLM 0.33.0's ``vllm.v1.attention.backend`` interfaces (read off
   (``seq_lens``), ``block_table``, causal aligned bottom-right. All scales are the layer's tensors, read
   where vLLM keeps them at every call (a weight reload or a captured graph sees the current values);
   max_seqlen_q / max_seqlen_k are given, so the op never synchronises with the host.
+- Attention sinks (gpt-oss): vLLM hands the impl the layer's ``sinks`` Parameter (one value per local q
+  head, in the model's dtype, filled at weight load; -inf for a head the loader pads). ``forward`` passes
+  them to the op as float32, -inf raised to a finite logit whose term is exactly 0: one elementwise kernel
+  per call on the device, so a reload into the Parameter is seen as the scales' are.
 
 The same interfaces are in vLLM 0.32 (``vllm>=0.32,<0.34``). vLLM selects the backend through its ``CUSTOM``
 slot, which fp8attn's plugin (:mod:`fp8attn_vllm`) registers; ``get_name()`` is therefore ``"CUSTOM"``.
@@ -26,6 +30,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import weakref
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
@@ -46,6 +51,7 @@ from vllm.v1.attention.backend import (
 )
 
 import fp8attn  # noqa: F401  (loads the extension: registers torch.ops.fp8attn.*)
+from fp8attn.integrations.vllm import checkpoint_scales
 from fp8attn.quant import default_p_scale, quantize
 from fp8attn.shapes import HEAD_DIMS
 from fp8attn_vllm import BACKEND_NAME
@@ -63,6 +69,9 @@ SUPPORTED_HEAD_SIZES: tuple[int, ...] = HEAD_DIMS
 # vLLM cache dtypes this backend reads: per-tensor-scaled FP8 e4m3 only. The kernels take FP8 K/V.
 SUPPORTED_KV_CACHE_DTYPES: tuple[str, ...] = ("fp8", "fp8_e4m3")
 FP8_KV_CACHE_DTYPES = frozenset(SUPPORTED_KV_CACHE_DTYPES)
+# The op's stand-in for a sink of -inf (vLLM's padded heads): finite, as the op takes sinks, and so far below
+# any logit that its term exp(sink - m) is 0 in float32 (and fp64).
+SINK_FLOOR = -1e30
 
 
 class FP8AttnBackend(AttentionBackend):
@@ -97,6 +106,11 @@ class FP8AttnBackend(AttentionBackend):
 
     @classmethod
     def supports_sliding_window(cls) -> bool:
+        return True
+
+    @classmethod
+    def supports_sink(cls) -> bool:
+        # gpt-oss's per-head sinks: one logit per q head in the softmax's denominator (the op's `sinks`).
         return True
 
     @classmethod
@@ -237,8 +251,6 @@ class FP8AttnImpl(AttentionImpl[FP8AttnMetadata]):
     ) -> None:
         if alibi_slopes is not None:
             raise NotImplementedError("FP8ATTN does not support ALiBi")
-        if sinks is not None:
-            raise NotImplementedError("FP8ATTN does not support attention sinks")
         if attn_type != AttentionType.DECODER:
             raise NotImplementedError(
                 f"FP8ATTN supports decoder self-attention only, not attention type {attn_type!r}"
@@ -254,6 +266,9 @@ class FP8AttnImpl(AttentionImpl[FP8AttnMetadata]):
         num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
         if num_heads % num_kv_heads != 0:
             raise ValueError(f"num_heads ({num_heads}) must be a multiple of num_kv_heads ({num_kv_heads})")
+        if sinks is not None and tuple(sinks.shape) != (num_heads,):
+            raise ValueError(f"sinks must have one value per q head of the layer ({num_heads}), got shape "
+                             f"{tuple(sinks.shape)}")
 
         self.num_heads = num_heads
         self.head_size = head_size
@@ -267,12 +282,22 @@ class FP8AttnImpl(AttentionImpl[FP8AttnMetadata]):
         self.logits_soft_cap = float(logits_soft_cap or 0.0)
         self.attn_type = attn_type
         self.kv_sharing_target_layer_name = kv_sharing_target_layer_name
-        self.sinks = None
+        self.sinks = sinks
+        self._sink_floor: torch.Tensor | None = None  # SINK_FLOOR as float32 [1] on the sinks' device
         self.fp8_dtype = current_platform.fp8_dtype()
         # vLLM quantizes q with the layer's _q_scale before forward (a static per-tensor QuantFP8 that
         # torch.compile fuses into RoPE); forward also accepts a 16-bit q and quantizes it in-kernel.
         self.supports_quant_query_input = True
         self._default_p_scale = default_p_scale(self.fp8_dtype)
+        # The layer's checkpoint scales as vLLM loads them, checked then and after its processing (before it
+        # replaces a bad value): see checkpoint_scales.
+        self.loaded_scales: dict[str, torch.Tensor] = {}
+        self.layer_ref: weakref.ref | None = None
+        checkpoint_scales.watch(self)
+
+    def process_weights_after_loading(self, act_dtype: torch.dtype) -> None:
+        """Refuse, naming the layer and the checkpoint tensor, scales the op would refuse at the first request."""
+        checkpoint_scales.check_processed(self)
 
     def fused_output_quant_supported(self, quant_key: QuantKey) -> bool:
         # Static per-tensor FP8 (o_proj's input scale): the kernel's epilogue writes sat(O / out_scale).
@@ -292,6 +317,18 @@ class FP8AttnImpl(AttentionImpl[FP8AttnMetadata]):
         if src.is_cpu:
             return None if float(src) == 1.0 else src
         return torch.where(src == 1.0, self._default_p_scale, src).reshape(1)
+
+    def _op_sinks(self) -> torch.Tensor | None:
+        """The layer's sinks as the op takes them: float32 (from the model's dtype), -inf (a padded head) as
+        SINK_FLOOR. One elementwise kernel (max with a float32 [1] tensor promotes), no host sync; computed
+        at every call, as the scales are, so an in-place reload of the Parameter is seen."""
+        sinks = self.sinks
+        if sinks is None:
+            return None
+        floor = self._sink_floor
+        if floor is None or floor.device != sinks.device:
+            floor = self._sink_floor = torch.full((1,), SINK_FLOOR, dtype=torch.float32, device=sinks.device)
+        return torch.maximum(sinks, floor)
 
     def _q_scale(self, layer: AttentionLayer) -> torch.Tensor:
         """The layer's q scale for the op: per tensor as it is, or per head (vLLM's per-head q scale has one
@@ -351,7 +388,9 @@ class FP8AttnImpl(AttentionImpl[FP8AttnMetadata]):
         if output_block_scale is not None:
             raise NotImplementedError("FP8ATTN does not support block-scaled (NVFP4) output quantization")
         if attn_metadata is None:
-            # Profiling run.
+            # Profiling run, before serving: the output scale the attn+quant fusion passes is checked here.
+            if output_scale is not None:
+                checkpoint_scales.check_output_scale(self, layer, output_scale)
             return output.fill_(0)
         _announce(layer, query, output, kv_cache)
 
@@ -386,6 +425,7 @@ class FP8AttnImpl(AttentionImpl[FP8AttnMetadata]):
             out_scale=output_scale,
             return_softmax_lse=False,
             kv_tile=0,
+            sinks=self._op_sinks(),
         )
         return output
 
