@@ -1,5 +1,6 @@
 #include "kv_cache_args.h"
 
+#include <algorithm>
 #include <vector>
 
 #include "arg_checks.h"
@@ -62,9 +63,15 @@ void check_write_kv_cache(const at::Tensor& key, const at::Tensor& value, const 
   check_cache_scale(v_scale, "v_scale");
   // Negative slots (vLLM's padding, -1) are skipped; the others must lie in the cache.
   if (slot_mapping.device().is_cpu() && key.size(0) > 0) {
-    const int64_t capacity = key_cache.size(0) * key_cache.size(1);
-    const at::Tensor s = slot_mapping.slice(0, 0, key.size(0)).to(at::kLong);
-    const int64_t mx = s.max().item<int64_t>();
+    const int64_t capacity = key_cache.size(0) * key_cache.size(1), stride = slot_mapping.stride(0);
+    int64_t mx = -1;
+    if (slot_mapping.scalar_type() == at::kLong) {
+      const int64_t* p = slot_mapping.data_ptr<int64_t>();
+      for (int64_t t = 0; t < key.size(0); ++t) mx = std::max(mx, p[t * stride]);
+    } else {
+      const int32_t* p = slot_mapping.data_ptr<int32_t>();
+      for (int64_t t = 0; t < key.size(0); ++t) mx = std::max<int64_t>(mx, p[t * stride]);
+    }
     TORCH_CHECK_VALUE(mx < capacity, "slot_mapping entry ", mx, " is out of range for a cache of ", capacity, " slots");
   }
 }

@@ -244,7 +244,7 @@ def test_backend_and_impl_flags():
     assert impl.fused_output_quant_supported(kFp8StaticTensorSym)
     assert not impl.fused_output_quant_supported(kFp8DynamicTensorSym)
     assert not impl.fused_output_quant_supported(kNvfp4Dynamic)
-    assert FP8AttnBackend.forward_includes_kv_cache_update is False
+    assert FP8AttnBackend.forward_includes_kv_cache_update  # forward writes the step's K/V
     assert FP8AttnBackend.supported_kv_cache_layouts() is None  # the op takes any strided cache view
     assert not FP8AttnBackend.is_mla() and FP8AttnBackend.supports_sink()
     assert FP8AttnBackend.supports_per_head_quant_scales()
@@ -442,12 +442,18 @@ class Batch:
             sinks=sinks, **self.op_scales())
 
 
+def write_cache(impl: FP8AttnImpl, layer, key: torch.Tensor, value: torch.Tensor, kv_cache: torch.Tensor,
+                slot_mapping: torch.Tensor) -> None:
+    """What forward writes before attending (earlier steps' K/V: the cached context)."""
+    impl._write_kv_cache(layer, key, value, *impl._kv_caches(kv_cache), slot_mapping)
+
+
 def run_step(batch: Batch, impl: FP8AttnImpl, builder: FP8AttnMetadataBuilder, layout: KVCacheLayout, **change):
+    """The cache holding the earlier steps' context, and this step's K/V and metadata: forward writes the K/V."""
     kv_cache = make_kv_cache(batch.num_blocks, layout, batch.shape)
     ctx_k, ctx_v, ctx_slots = batch.context_step()
-    impl.do_kv_cache_update(batch.layer, ctx_k, ctx_v, kv_cache, ctx_slots)
+    write_cache(impl, batch.layer, ctx_k, ctx_v, kv_cache, ctx_slots)
     key, value, slot_mapping = batch.new_step()
-    impl.do_kv_cache_update(batch.layer, key, value, kv_cache, slot_mapping)
     metadata = builder.build(0, batch.common_metadata(slot_mapping, **change))
     return kv_cache, key, value, metadata
 
@@ -676,8 +682,8 @@ def test_prob_scale_is_read_at_every_call(vllm_config):
 
 
 def test_op_is_called_by_argument_name(vllm_config, monkeypatch):
-    """The backend calls the op through fp8attn.forward, which names every argument (fp8attn.ops.op_args), so a
-    change of the op's schema order cannot silently swap two of them."""
+    """The backend names every argument after q, k, v, out, so a change of the op's schema order cannot
+    silently swap two of them."""
     batch = Batch(seed=10)
     impl = make_impl(BASE)
     kv_cache, key, value, metadata = run_step(batch, impl, make_builder(vllm_config), KVCacheLayout.LBNHC)
@@ -692,7 +698,7 @@ def test_op_is_called_by_argument_name(vllm_config, monkeypatch):
     monkeypatch.setattr(torch.ops.fp8attn, "forward", recording_op)
     out = new_output(batch)
     impl.forward(batch.layer, batch.q, key, value, kv_cache, metadata, out)
-    assert calls == [(0, sorted(names))], calls
+    assert calls == [(4, sorted(names[4:]))], calls
     torch.testing.assert_close(out[: batch.T], batch.reference(impl), rtol=0, atol=0)
 
 
@@ -707,16 +713,10 @@ def test_padded_batch_as_vllm_builds_it_for_full_graphs(vllm_config):
     pad_reqs = 2
     kv_cache = make_kv_cache(batch.num_blocks, KVCacheLayout.LBNHC)
     ctx_k, ctx_v, ctx_slots = batch.context_step()
-    impl.do_kv_cache_update(batch.layer, ctx_k, ctx_v, kv_cache, ctx_slots)
+    write_cache(impl, batch.layer, ctx_k, ctx_v, kv_cache, ctx_slots)
     key, value, slot_mapping = batch.new_step()
     padded_slots = torch.cat([slot_mapping, torch.full((PAD_TOKENS,), -1, dtype=torch.int64)])
     before = kv_cache.clone()
-    impl.do_kv_cache_update(batch.layer, key, value, kv_cache, padded_slots)
-    written = (kv_cache != before).any(-1).any(1)  # [num_blocks, block_size]: rows any head changed
-    real = torch.zeros_like(written)
-    for s in slot_mapping.tolist():
-        real[s // BASE.block, s % BASE.block] = True
-    assert not torch.any(written & ~real), "a padded token reached the cache"
 
     cu_q = torch.cat([batch.cu_q, batch.cu_q[-1:].repeat(pad_reqs)])
     seq_lens = torch.tensor(batch.seq + [0] * pad_reqs, dtype=torch.int32)
@@ -729,6 +729,11 @@ def test_padded_batch_as_vllm_builds_it_for_full_graphs(vllm_config):
     out = new_output(batch)
     impl.forward(batch.layer, batch.q, key, value, kv_cache, builder.build(0, common), out)
     torch.testing.assert_close(out[: batch.T], batch.reference(impl), rtol=0, atol=0)
+    written = (kv_cache != before).any(-1).any(1)  # [num_blocks, block_size]: rows any head changed
+    real = torch.zeros_like(written)
+    for s in slot_mapping.tolist():
+        real[s // BASE.block, s % BASE.block] = True
+    assert not torch.any(written & ~real), "a padded token reached the cache"
 
 
 @pytest.mark.parametrize("layout", [KVCacheLayout.LBNHC, KVCacheLayout.LBHNC], ids=lambda x: x.name)
@@ -740,7 +745,7 @@ def test_cache_write_lands_every_token_at_its_slot(layout, per_head):
     kv_cache.fill_(0x55)  # a sentinel byte (a valid FP8 value) that no write produces here by chance
     key, value, slot_mapping = batch.new_step()
     slot_mapping[1] = -1  # a padded slot: skipped
-    impl.do_kv_cache_update(batch.layer, key, value, kv_cache, slot_mapping)
+    write_cache(impl, batch.layer, key, value, kv_cache, slot_mapping)
 
     d = BASE.d
     k_cache = kv_cache.transpose(1, 2)[..., :d]  # [num_blocks, block_size, Hkv, D] bytes
@@ -758,6 +763,21 @@ def test_cache_write_lands_every_token_at_its_slot(layout, per_head):
         written[b, o] = True
     # nothing else was touched: not the padded slot, not the padding rows of key/value
     assert torch.all(k_cache[~written] == 0x55) and torch.all(v_cache[~written] == 0x55)
+
+
+def test_forward_writes_the_steps_kv_unless_the_cache_is_shared(vllm_config):
+    """forward writes key / value at the metadata's slot_mapping before attending; a layer that shares an
+    earlier layer's cache (kv_sharing_target_layer_name) writes nothing."""
+    batch = Batch(seed=12)
+    builder = make_builder(vllm_config)
+    for target in (None, "model.layers.0.self_attn.attn"):
+        impl = make_impl(BASE)
+        impl.kv_sharing_target_layer_name = target
+        kv_cache, key, value, metadata = run_step(batch, impl, builder, KVCacheLayout.LBNHC)
+        before = kv_cache.clone()
+        impl.forward(batch.layer, batch.q, key, value, kv_cache, metadata, new_output(batch))
+        changed = not torch.equal(kv_cache, before)
+        assert changed == (target is None), target
 
 
 def test_profiling_run_without_metadata_zeroes_output():
@@ -807,8 +827,9 @@ def make_attention(vllm_config, prefix: str, quant_config=None):
 
 def test_vllm_attention_layer_end_to_end(vllm_config):
     """vLLM's Attention layer with this backend: its QuantFP8 query quantization (supports_quant_query_input),
-    its unified_kv_cache_update and unified_attention_with_output ops with the forward context's metadata and
-    slot mapping, and the fused-output call the attn+quant fusion pass emits (FP8 output, output_scale)."""
+    its unified_attention_with_output op (which writes the step's K/V: no unified_kv_cache_update) with the
+    forward context's metadata and slot mapping, and the fused-output call the attn+quant fusion pass emits (FP8
+    output, output_scale)."""
     from vllm.forward_context import set_forward_context
     from vllm.utils.torch_utils import _encode_layer_name
 
@@ -822,7 +843,7 @@ def test_vllm_attention_layer_end_to_end(vllm_config):
 
     attn.kv_cache = make_kv_cache(batch.num_blocks, KVCacheLayout.LBNHC)
     ctx_k, ctx_v, ctx_slots = batch.context_step()
-    attn.impl.do_kv_cache_update(attn, ctx_k, ctx_v, attn.kv_cache, ctx_slots)
+    write_cache(attn.impl, attn, ctx_k, ctx_v, attn.kv_cache, ctx_slots)
     key, value, slot_mapping = batch.new_step()
     metadata = FP8AttnMetadataBuilder(spec, [prefix], vllm_config, torch.device("cpu")).build(
         0, batch.common_metadata(slot_mapping))

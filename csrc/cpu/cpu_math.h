@@ -114,6 +114,25 @@ typename O::F fp8_round(typename O::F y) {
   return O::select(O::isnan(y), y, O::select(O::lt(y, O::set1(min_normal)), sub, normal));
 }
 
+// Below this log2-unit offset from the running max every p8 = fp8_round(exp2(z) · inv_p_scale) is 0: exp2(z)
+// · inv_p_scale <= quantum / 4 there (< quantum / 2, which rounds to 0, with exp2's 1 ulp). Never below
+// exp2's own clamp, -150.
+template <Fp8Kind K>
+float p_floor(float inv_p_scale) {
+  constexpr float quantum = pow2(-2 - Fp8Traits<K>::kBias);
+  const float f = std::floor(std::log2(quantum / inv_p_scale)) - 2.f;
+  return f > -150.f ? f : -150.f;
+}
+
+// P's FP8 value at log2-unit offset z = x - m: fp8_round(exp2(z) · inv_p_scale), bit for bit, with exp2 run
+// on max(z, floor) (floor = p_floor: no denormal 2^z, which costs a microcode assist per vector on x86) and
+// 0 below the floor; a NaN z stays NaN (max returns its second operand, z, then; lt is false).
+template <class O, Fp8Kind K>
+typename O::F p8_value(typename O::F z, typename O::F inv_p_scale, typename O::F floor) {
+  const auto p8 = fp8_round<O, K>(O::mul(exp2<O>(O::max(floor, z)), inv_p_scale));
+  return O::select(O::lt(z, floor), O::set1(0.f), p8);
+}
+
 // The value of sat(y), any sign: fp8_decode(fp8_encode(y)) (e4m3fnuz has no -0).
 template <class O, Fp8Kind K>
 typename O::F fp8_round_signed(typename O::F y) {

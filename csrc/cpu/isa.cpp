@@ -18,7 +18,7 @@
 namespace fp8attn::cpu {
 namespace {
 
-constexpr const char* kNames[kNumIsas] = {"scalar", "avx2", "avx512", "avx512_bf16"};
+constexpr const char* kNames[kNumIsas] = {"scalar", "avx2", "avx512", "avx512_bf16", "avx512_vbmi"};
 
 std::array<std::atomic<int64_t>, kNumIsas> g_calls{};
 
@@ -41,9 +41,16 @@ bool cpu_has(Isa isa) {
                       (xcr0() & 0xe0) == 0xe0;  // opmask and zmm state saved by the OS
   if (isa == Isa::Avx512) return avx2 && avx512;
   const bool vbmi = c & (1u << 1);
+  if (isa == Isa::Avx512Vbmi) return avx2 && avx512 && vbmi;
   __get_cpuid_count(7, 1, &a, &b, &c, &d);
   const bool bf16 = a & (1u << 5);
   return avx2 && avx512 && vbmi && bf16;  // Isa::Avx512Bf16
+}
+
+bool is_intel() {
+  uint32_t a, b, c, d;
+  if (!__get_cpuid(0, &a, &b, &c, &d)) return false;
+  return b == 0x756e6547 && d == 0x49656e69 && c == 0x6c65746e;  // "GenuineIntel"
 }
 #endif
 
@@ -62,9 +69,17 @@ const char* isa_name(Isa isa) { return kNames[static_cast<int>(isa)]; }
 
 std::vector<Isa> runnable_isas() {
   static const std::vector<Isa> isas = [] {
+    // Both AVX-512 kernels with byte lookups compute the same bits; they differ in the dot-product step.
+    // vdpbf16ps (the BF16 kernel) does two FMAs' work per instruction where it runs at the FMA rate (AMD);
+    // on Intel CPUs it takes both vector ports for two cycles, and the VBMI kernel's fp32 FMAs run faster.
+    bool intel = false;
+#if FP8ATTN_CPU_X86
+    intel = is_intel();
+#endif
+    const Isa fast[2] = {intel ? Isa::Avx512Vbmi : Isa::Avx512Bf16, intel ? Isa::Avx512Bf16 : Isa::Avx512Vbmi};
     std::vector<Isa> v;
-    for (int i = kNumIsas - 1; i >= 0; --i)
-      if (runnable(static_cast<Isa>(i))) v.push_back(static_cast<Isa>(i));
+    for (const Isa isa : {fast[0], fast[1], Isa::Avx512, Isa::Avx2, Isa::Scalar})
+      if (runnable(isa)) v.push_back(isa);
     return v;
   }();
   return isas;
@@ -88,6 +103,7 @@ Kernel kernel_of(Isa isa) {
     case Isa::Avx2: return avx2_kernel();
     case Isa::Avx512: return avx512_kernel();
     case Isa::Avx512Bf16: return avx512bf16_kernel();
+    case Isa::Avx512Vbmi: return avx512vbmi_kernel();
 #endif
     default: return scalar_kernel();
   }
@@ -108,7 +124,7 @@ std::vector<std::string> cpu_isas() {
 int64_t cpu_isa_calls(const std::string& name) {
   for (int i = 0; i < kNumIsas; ++i)
     if (name == kNames[i]) return g_calls[i].load();
-  TORCH_CHECK_VALUE(false, "unknown CPU instruction set '", name, "' (scalar, avx2, avx512, avx512_bf16)");
+  TORCH_CHECK_VALUE(false, "unknown CPU instruction set '", name, "' (scalar, avx2, avx512, avx512_bf16, avx512_vbmi)");
 }
 
 }  // namespace

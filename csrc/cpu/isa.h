@@ -1,6 +1,7 @@
 // Which CPU kernel runs: the best instruction set that both this build and this CPU (cpuid, and the
 // OS's saved register state) support, as ATen chooses its CPU kernels; FP8ATTN_CPU_ISA = scalar,
-// avx2, avx512 or avx512_bf16 forces one (the tests run every path this machine can run with it).
+// avx2, avx512, avx512_vbmi or avx512_bf16 forces one (the tests run every path this machine can run
+// with it).
 #pragma once
 #include <cstdint>
 #include <string>

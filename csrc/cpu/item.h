@@ -14,9 +14,9 @@
 
 namespace fp8attn::cpu {
 
-// Instruction sets with a kernel, in order of preference.
-enum class Isa : int32_t { Scalar = 0, Avx2 = 1, Avx512 = 2, Avx512Bf16 = 3 };
-constexpr int kNumIsas = 4;
+// Instruction sets with a kernel (isa.cpp orders them by preference).
+enum class Isa : int32_t { Scalar = 0, Avx2 = 1, Avx512 = 2, Avx512Bf16 = 3, Avx512Vbmi = 4 };
+constexpr int kNumIsas = 5;
 
 // Where the keys of one (sequence, kv head) live: row j at k + j*k_row (dense, varlen), or in cache
 // block blocks[j / page] at row j % page (paged).
@@ -69,6 +69,9 @@ struct ItemArgs {
 struct Kernel {
   size_t (*scratch_bytes)(int32_t head_dim, int32_t tile, int32_t lanes);
   void (*run)(const ItemArgs& a);
+  // The KV cache write's quantization: n 16-bit values (bf16 or fp16) -> the FP8 codes of sat(x · inv_scale),
+  // fp8_encode's bits.
+  void (*encode)(const uint16_t* src, bool bf16, float inv_scale, Fp8Kind kind, uint8_t* dst, int32_t n);
 };
 
 // The kernels, defined in their translation units (the SIMD ones are only called where the CPU runs them).
@@ -76,5 +79,6 @@ Kernel scalar_kernel();
 Kernel avx2_kernel();
 Kernel avx512_kernel();
 Kernel avx512bf16_kernel();
+Kernel avx512vbmi_kernel();
 
 }  // namespace fp8attn::cpu

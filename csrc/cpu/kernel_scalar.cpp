@@ -120,6 +120,16 @@ void run_lanes(const ItemArgs& a) {
   }
 }
 
+template <Fp8Kind K>
+void encode_as(const uint16_t* src, bool bf16, float inv_scale, uint8_t* dst, int32_t n) {
+  for (int32_t i = 0; i < n; ++i) dst[i] = fp8_encode<K>((bf16 ? bf16_decode(src[i]) : fp16_decode(src[i])) * inv_scale);
+}
+
+void encode(const uint16_t* src, bool bf16, float inv_scale, Fp8Kind kind, uint8_t* dst, int32_t n) {
+  kind == Fp8Kind::E4M3FN ? encode_as<Fp8Kind::E4M3FN>(src, bf16, inv_scale, dst, n)
+                          : encode_as<Fp8Kind::E4M3FNUZ>(src, bf16, inv_scale, dst, n);
+}
+
 size_t scratch_bytes(int32_t D, int32_t tile, int32_t) { return (static_cast<size_t>(tile) + 2 * D) * sizeof(float); }
 
 void run(const ItemArgs& a) {
@@ -132,6 +142,6 @@ void run(const ItemArgs& a) {
 
 }  // namespace
 
-Kernel scalar_kernel() { return {&scratch_bytes, &run}; }
+Kernel scalar_kernel() { return {&scratch_bytes, &run, &encode}; }
 
 }  // namespace fp8attn::cpu

@@ -17,6 +17,7 @@
 
 #include "cpu/cpu_math.h"
 #include "cpu/item.h"
+#include "kernels/numeric/half.h"
 
 namespace fp8attn::cpu {
 namespace {
@@ -42,11 +43,13 @@ struct Arena {
 template <class O>
 struct Fp32Pairs {
   using E = float;
+  using B = float;  // the broadcast operand's storage (q and P rows of the keys kernel)
   using F = typename O::F;
   static constexpr int W = O::W;
   struct V2 {
     F even, odd;
   };
+  using V2B = V2;
   static int vidx(int lane, int t) { return t * W + lane; }
   static E to_e(float x) { return x; }
   static V2 load_pv(const E* p) { return {O::load(p), O::load(p + W)}; }
@@ -58,6 +61,8 @@ struct Fp32Pairs {
     O::store(dst + W, odd);
   }
   static void store_e(E* dst, F x) { O::store(dst, x); }  // W values of FP8 precision
+  static V2B bcast_b(const B* p) { return bcast_pair(p); }
+  static void store_b(B* dst, F x) { O::store(dst, x); }
   // n FP8 codes -> their values in natural order (n a multiple of W).
   template <Fp8Kind K>
   static void convert_row(const uint8_t* src, E* dst, int n) {
@@ -220,6 +225,7 @@ struct RowsKernel {
     const ItemArgs& a;
     const int D, rv;
     const size_t srow;  // floats per row vector in s
+    const float pfloor;  // p_floor: p8 is 0 below it
     E *qt, *kc, *vc, *pt;
     float *s, *ot, *scale, *m, *l, *tmax, *alpha, *msub, *nan;
     int32_t *lo, *hi;
@@ -227,7 +233,8 @@ struct RowsKernel {
     int32_t lo_min[kMaxVectors], lo_max[kMaxVectors], hi_min[kMaxVectors], hi_max[kMaxVectors];
 
     Item(const ItemArgs& args, const Layout& L)
-        : a(args), D(args.head_dim), rv((args.lanes + W - 1) / W), srow((static_cast<size_t>(args.tile) + 2) * W) {
+        : a(args), D(args.head_dim), rv((args.lanes + W - 1) / W), srow((static_cast<size_t>(args.tile) + 2) * W),
+          pfloor(p_floor<K>(args.inv_p_scale)) {
       unsigned char* base = static_cast<unsigned char*>(args.scratch);
       qt = reinterpret_cast<E*>(base + L.qt);
       kc = reinterpret_cast<E*>(base + L.kc);
@@ -387,14 +394,14 @@ struct RowsKernel {
 
     // P of chunk keys [c0, c1) for row vector v as pair vectors in pt; their (exact) sum into ltile.
     void probs(int v, int32_t c0, int32_t c1, int32_t cb) {
-      const F ms = O::load(msub + v * W), inv = O::set1(a.inv_p_scale);
+      const F ms = O::load(msub + v * W), inv = O::set1(a.inv_p_scale), fl = O::set1(pfloor);
       const float* sv = s + v * srow;
       F lsum = O::zero();
       for (int32_t j = c0; j < c1; j += 2) {
         F p8[2] = {O::zero(), O::zero()};
         for (int t = 0; t < 2 && j + t < c1; ++t) {
           const F x = O::load(sv + static_cast<size_t>(j + t - cb) * W);
-          p8[t] = fp8_round<O, K>(O::mul(exp2<O>(O::sub(x, ms)), inv));
+          p8[t] = p8_value<O, K>(O::sub(x, ms), inv, fl);
           lsum = O::add(lsum, p8[t]);
         }
         P::store_pv(pt + (static_cast<size_t>((j - c0) / 2) * rv + v) * 2 * W, p8[0], p8[1]);
@@ -516,28 +523,33 @@ struct RowsKernel {
 };
 
 // The kernel for items of a few lanes (decode, GQA groups): q·k vectorized over keys (K^T: pair
-// vectors over keys per d pair), P·V over d (V as in RowsKernel), O in rows [lane][D]. NR lanes x NKB
-// key vectors per q·k step, NR lanes x ND column vectors per P·V step.
+// vectors over keys per d pair), P·V over d (V as in RowsKernel), O in rows [lane][D]. A tile runs group
+// by group (a group: the lanes of one kv head): its K rows, a block of NKB key vectors at a time (packed,
+// then NR lanes x NKB vectors per q·k step), then its V rows, kPairs key pairs at a time (packed, then NR
+// lanes x ND column vectors per P·V step), while the next group's rows are fetched into the cache.
 template <class O, class P, int NR, int NKB, int ND>
 struct KeysKernel {
+  using Ops = O;
   using F = typename O::F;
   using M = typename O::M;
   using E = typename P::E;
   static constexpr int W = O::W;
-  static constexpr int kBlocks = kChunk / W;  // key vectors per chunk
   static constexpr int kMaxLanes = 128;
+  static constexpr int kPairs = 16;                 // key pairs packed per P·V block
+  static constexpr int kMaxTileKeys = 128 + 2;      // a tile's keys from its pair-aligned start (tile <= 128)
 
   static size_t srow(int tile) { return static_cast<size_t>((tile + 1) / kChunk + 1) * kChunk; }
+  using Bq = typename P::B;
   struct Layout {
     size_t qn, kt, vc, s, pn, o, tmp, total;
     Layout(int D, int tile, int lanes) {
       const size_t nl = static_cast<size_t>(imin(lanes, kMaxLanes));
       Arena ar;
-      qn = ar.take(sizeof(E) * D * nl);               // [lane][D]
-      kt = ar.take(sizeof(E) * D * kChunk);           // [D/2][kBlocks][2W]
-      vc = ar.take(sizeof(E) * D * kChunk);           // [key pair][D/W][2W]
+      qn = ar.take(sizeof(Bq) * D * nl);              // [lane][D]
+      kt = ar.take(sizeof(E) * D * NKB * W);          // [D/2][NKB][2W]: one block of key vectors
+      vc = ar.take(sizeof(E) * D * 2 * kPairs);       // [key pair][D/W][2W]: one block of key pairs
       s = ar.take(sizeof(float) * srow(tile) * nl);   // [lane][key]
-      pn = ar.take(sizeof(E) * kChunk * nl);          // [lane][key]
+      pn = ar.take(sizeof(Bq) * kChunk * nl);         // [lane][key]
       o = ar.take(sizeof(float) * D * nl);            // [lane][D]
       tmp = ar.take(sizeof(float) * D);
       total = ar.total;
@@ -551,196 +563,244 @@ struct KeysKernel {
     const int D;
     const size_t sr;
     const int lpg;  // lanes per group (kv head)
-    E *qn, *kt, *vc, *pn;
+    const int lines;  // cache lines per K (or V) row
+    Bq *qn, *pn;
+    E *kt, *vc;
     float *s, *o, *tmp;
     float m[kMaxLanes], l[kMaxLanes], tmax[kMaxLanes], alpha[kMaxLanes], msub[kMaxLanes];
     double ltile[kMaxLanes];
     bool nan[kMaxLanes];
-    // The next chunk's K rows during this chunk's q·k pass (a share per packed K^T block), its V rows during
-    // this chunk's P·V pass (a share per packed key pair): between the microkernels, as inside them a
-    // prefetch costs registers.
-    PrefetchCursor<O> pfk, pfv;
+    // Group 0's K and V rows of the tile's keys, from its pair-aligned start cb (key cb + i at [i]).
+    const uint8_t* krow[kMaxTileKeys];
+    const uint8_t* vrow[kMaxTileKeys];
 
     Item(const ItemArgs& args, const Layout& L)
-        : a(args), D(args.head_dim), sr(srow(args.tile)), lpg(args.lanes / args.groups) {
+        : a(args), D(args.head_dim), sr(srow(args.tile)), lpg(args.lanes / args.groups), lines((args.head_dim + 63) / 64) {
       unsigned char* base = static_cast<unsigned char*>(args.scratch);
-      qn = reinterpret_cast<E*>(base + L.qn);
+      qn = reinterpret_cast<Bq*>(base + L.qn);
       kt = reinterpret_cast<E*>(base + L.kt);
       vc = reinterpret_cast<E*>(base + L.vc);
-      pn = reinterpret_cast<E*>(base + L.pn);
+      pn = reinterpret_cast<Bq*>(base + L.pn);
       s = reinterpret_cast<float*>(base + L.s);
       o = reinterpret_cast<float*>(base + L.o);
       tmp = reinterpret_cast<float*>(base + L.tmp);
     }
 
-    // Group g's key (is_v false) or value row of key j.
-    const uint8_t* row(int g, int32_t j, bool is_v) const {
-      return key_row(a.keys, j, is_v) + g * (is_v ? a.v_group_stride : a.k_group_stride);
+    // Group g's K (is_v false) or V row of tile key cb + i (null outside [ja, jb): a zero row).
+    const uint8_t* row(int g, int i, bool is_v) const {
+      const uint8_t* r = (is_v ? vrow : krow)[i];
+      return r ? r + g * (is_v ? a.v_group_stride : a.k_group_stride) : nullptr;
     }
 
-    // Group g's K^T of chunk keys [c0, c0 + nkb W): key j < ja or >= c1 as zeros.
-    void pack_kt(int g, int32_t c0, int32_t c1, int32_t ja, int nkb) {
-      const uint8_t* rows[W];
-      for (int kb = 0; kb < nkb; ++kb) {
-        for (int i = 0; i < W; ++i) {
-          const int32_t j = c0 + kb * W + i;
-          rows[i] = j < ja || j >= c1 ? nullptr : row(g, j, false);
-        }
-        P::template pack_kt<K>(rows, kt + static_cast<size_t>(kb) * 2 * W, D, static_cast<size_t>(kBlocks) * 2 * W);
-        pfk.step();
+    // fn(j, row) for the K (or V) rows of keys [j0, j1) of group 0: one block-table read per cache block.
+    template <class Fn>
+    void for_rows(int32_t j0, int32_t j1, bool is_v, Fn&& fn) const {
+      const KeySource& k = a.keys;
+      const int64_t step = is_v ? k.v_row : k.k_row;
+      for (int32_t j = j0; j < j1;) {
+        const int32_t end = k.blocks ? imin(j1, (j / k.page + 1) * k.page) : j1;
+        for (const uint8_t* r = key_row(k, j, is_v); j < end; ++j, r += step) fn(j, r);
+      }
+    }
+    // The rows of keys [j0, j1) of group g into the cache (K or V), ahead of their pass.
+    void prefetch(int g, int32_t j0, int32_t j1, bool is_v) const {
+      const int64_t gs = g * (is_v ? a.v_group_stride : a.k_group_stride);
+      for_rows(j0, j1, is_v, [&](int32_t, const uint8_t* r) {
+        for (int c = 0; c < lines; ++c) O::prefetch(reinterpret_cast<const char*>(r + gs) + 64 * c);
+      });
+    }
+    // Rows of tile keys [i0, i1) (offsets from cb) of group g (its cached pointers).
+    void prefetch_tile(int g, int i0, int i1, bool is_v) const {
+      const int64_t gs = g * (is_v ? a.v_group_stride : a.k_group_stride);
+      for (int i = i0; i < i1; ++i) {
+        const uint8_t* r = (is_v ? vrow : krow)[i];
+        if (!r) continue;
+        for (int c = 0; c < lines; ++c) O::prefetch(reinterpret_cast<const char*>(r + gs) + 64 * c);
       }
     }
 
-    // Logits of lanes [r0, r0 + nr) for the chunk's key vectors into s, -inf outside [lo, min(hi, c1)).
-    template <int nr>
-    void qk(int r0, int32_t c0, int32_t c1, int32_t cb, int nkb) {
+    // Logits of lanes [r0, r0 + nr) for the nk key vectors from key j0 (packed in kt) into s, -inf outside
+    // [lo, min(hi, c1)); folded into the lanes' tile max and NaN flag.
+    template <int nr, int nk>
+    void qk(int r0, int32_t j0, int32_t c1, int32_t cb) {
       alignas(64) static constexpr int32_t kIota[16] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
       const F ninf = O::set1(-std::numeric_limits<float>::infinity());
-      for (int kb0 = 0; kb0 < nkb; kb0 += NKB) {
-        F acc[nr][NKB];
-        for (int r = 0; r < nr; ++r)
-          for (int k = 0; k < NKB; ++k) acc[r][k] = O::zero();
-        for (int p = 0; p < D / 2; ++p) {
-          typename P::V2 kv[NKB];
-          for (int k = 0; k < NKB; ++k) kv[k] = P::load_pv(kt + (static_cast<size_t>(p) * kBlocks + kb0 + k) * 2 * W);
-          for (int r = 0; r < nr; ++r) {
-            const auto b = P::bcast_pair(qn + static_cast<size_t>(r0 + r) * D + 2 * p);
-            for (int k = 0; k < NKB; ++k) acc[r][k] = P::dot2(acc[r][k], kv[k], b);
-          }
-        }
+      F acc[nr][nk];
+      for (int r = 0; r < nr; ++r)
+        for (int k = 0; k < nk; ++k) acc[r][k] = O::zero();
+      for (int p = 0; p < D / 2; ++p) {
+        typename P::V2 kv[nk];
+        for (int k = 0; k < nk; ++k) kv[k] = P::load_pv(kt + (static_cast<size_t>(p) * NKB + k) * 2 * W);
         for (int r = 0; r < nr; ++r) {
-          const int lane = r0 + r;
-          const F sc = O::set1(a.logit_scale[lane]);
-          const auto lo = O::set1i(static_cast<uint32_t>(a.lo[lane]));
-          const auto hi = O::set1i(static_cast<uint32_t>(imin(a.hi[lane], c1)));
-          F tm = O::set1(tmax[lane]);
-          M nm = O::mzero();
-          for (int k = 0; k < NKB && kb0 + k < nkb; ++k) {
-            const int32_t j0 = c0 + (kb0 + k) * W;
-            const auto jv = O::addi(O::set1i(static_cast<uint32_t>(j0)), O::loadi(kIota));
-            F x = a.softcap_log2 > 0.f ? O::mul(O::set1(a.softcap_log2), tanh<O>(O::mul(acc[r][k], sc)))
-                                       : O::mul(acc[r][k], sc);
-            x = O::select(O::mandn(O::lti(jv, lo), O::lti(jv, hi)), x, ninf);
-            nm = O::mor(nm, O::isnan(x));
-            tm = O::max(tm, x);
-            O::store(s + lane * sr + (j0 - cb), x);
-          }
-          tmax[lane] = O::hmax(tm);  // exact; a NaN lane is flagged apart
-          nan[lane] = nan[lane] || O::any(nm);
+          const auto b = P::bcast_b(qn + static_cast<size_t>(r0 + r) * D + 2 * p);
+          for (int k = 0; k < nk; ++k) acc[r][k] = P::dot2(acc[r][k], kv[k], b);
         }
+      }
+      for (int r = 0; r < nr; ++r) {
+        const int lane = r0 + r;
+        const F sc = O::set1(a.logit_scale[lane]);
+        const auto lo = O::set1i(static_cast<uint32_t>(a.lo[lane]));
+        const auto hi = O::set1i(static_cast<uint32_t>(imin(a.hi[lane], c1)));
+        F tm = O::set1(tmax[lane]);
+        M nm = O::mzero();
+        for (int k = 0; k < nk; ++k) {
+          const int32_t jk = j0 + k * W;
+          const auto jv = O::addi(O::set1i(static_cast<uint32_t>(jk)), O::loadi(kIota));
+          F x = a.softcap_log2 > 0.f ? O::mul(O::set1(a.softcap_log2), tanh<O>(O::mul(acc[r][k], sc)))
+                                     : O::mul(acc[r][k], sc);
+          x = O::select(O::mandn(O::lti(jv, lo), O::lti(jv, hi)), x, ninf);
+          nm = O::mor(nm, O::isnan(x));
+          tm = O::max(tm, x);
+          O::store(s + lane * sr + (jk - cb), x);
+        }
+        tmax[lane] = O::hmax(tm);  // exact; a NaN lane is flagged apart
+        nan[lane] = nan[lane] || O::any(nm);
+      }
+    }
+    template <int nk>
+    void qk_lanes(int g, int32_t j0, int32_t c1, int32_t cb) {
+      for (int r0 = g * lpg; r0 < (g + 1) * lpg; r0 += NR) {
+        const int n = imin(NR, (g + 1) * lpg - r0);
+        if (n >= NR) qk<NR, nk>(r0, j0, c1, cb);
+        else if (n == 3) qk<3, nk>(r0, j0, c1, cb);
+        else if (n == 2) qk<2, nk>(r0, j0, c1, cb);
+        else qk<1, nk>(r0, j0, c1, cb);
       }
     }
 
     // P of lane r for chunk keys [c0, c0 + nkb W) (zero where its logit is -inf) into pn, their sum into ltile.
-    void probs(int r, int32_t c0, int32_t cb, int nkb) {
+    void probs(int r, int32_t c0, int32_t cb, int nkb, F floor) {
       const F ms = O::set1(msub[r]), inv = O::set1(a.inv_p_scale);
       F lsum = O::zero();
       for (int kb = 0; kb < nkb; ++kb) {
-        const F x = O::load(s + r * sr + (c0 - cb) + kb * W);
-        const F p8 = fp8_round<O, K>(O::mul(exp2<O>(O::sub(x, ms)), inv));
+        const F p8 = p8_value<O, K>(O::sub(O::load(s + r * sr + (c0 - cb) + kb * W), ms), inv, floor);
         lsum = O::add(lsum, p8);
-        P::store_e(pn + static_cast<size_t>(r) * kChunk + kb * W, p8);
+        P::store_b(pn + static_cast<size_t>(r) * kChunk + kb * W, p8);
       }
       ltile[r] += O::hsum_exact(lsum);  // sums of p8 within a chunk are exact in fp32
     }
 
-    // O of lanes [r0, r0 + nr) += P·V over the chunk's key pairs.
-    template <int nr>
-    void pv(int r0, int pairs) {
-      const int dblocks = D / W;
-      for (int db0 = 0; db0 < dblocks; db0 += ND) {
-        F acc[nr][ND];
-        for (int r = 0; r < nr; ++r)
-          for (int k = 0; k < ND; ++k)
-            acc[r][k] = db0 + k < dblocks ? O::load(o + static_cast<size_t>(r0 + r) * D + (db0 + k) * W) : O::zero();
-        for (int i = 0; i < pairs; ++i) {
-          typename P::V2 vv[ND];
-          for (int k = 0; k < ND; ++k)
-            if (db0 + k < dblocks) vv[k] = P::load_pv(vc + static_cast<size_t>(i) * 2 * D + (db0 + k) * 2 * W);
-          for (int r = 0; r < nr; ++r) {
-            const auto b = P::bcast_pair(pn + static_cast<size_t>(r0 + r) * kChunk + 2 * i);
-            for (int k = 0; k < ND; ++k)
-              if (db0 + k < dblocks) acc[r][k] = P::dot2(acc[r][k], vv[k], b);
-          }
+    // O of lanes [r0, r0 + nr), column vectors [db0, db0 + nd) += P·V over key pairs [i0, i0 + np) of the
+    // chunk (packed in vc from pair i0).
+    template <int nr, int nd>
+    void pv(int r0, int db0, int i0, int np) {
+      F acc[nr][nd];
+      for (int r = 0; r < nr; ++r)
+        for (int k = 0; k < nd; ++k) acc[r][k] = O::load(o + static_cast<size_t>(r0 + r) * D + (db0 + k) * W);
+      for (int i = 0; i < np; ++i) {
+        typename P::V2 vv[nd];
+        for (int k = 0; k < nd; ++k) vv[k] = P::load_pv(vc + static_cast<size_t>(i) * 2 * D + (db0 + k) * 2 * W);
+        for (int r = 0; r < nr; ++r) {
+          const auto b = P::bcast_b(pn + static_cast<size_t>(r0 + r) * kChunk + 2 * (i0 + i));
+          for (int k = 0; k < nd; ++k) acc[r][k] = P::dot2(acc[r][k], vv[k], b);
         }
-        for (int r = 0; r < nr; ++r)
-          for (int k = 0; k < ND; ++k)
-            if (db0 + k < dblocks) O::store(o + static_cast<size_t>(r0 + r) * D + (db0 + k) * W, acc[r][k]);
+      }
+      for (int r = 0; r < nr; ++r)
+        for (int k = 0; k < nd; ++k) O::store(o + static_cast<size_t>(r0 + r) * D + (db0 + k) * W, acc[r][k]);
+    }
+    template <int nr>
+    void pv_columns(int r0, int i0, int np) {
+      const int dblocks = D / W;
+      int db0 = 0;
+      for (; db0 + ND <= dblocks; db0 += ND) pv<nr, ND>(r0, db0, i0, np);
+      for (; db0 < dblocks; ++db0) pv<nr, 1>(r0, db0, i0, np);
+    }
+    void pv_lanes(int g, int i0, int np) {
+      for (int r0 = g * lpg; r0 < (g + 1) * lpg; r0 += NR) {
+        const int n = imin(NR, (g + 1) * lpg - r0);
+        if (n >= NR) pv_columns<NR>(r0, i0, np);
+        else if (n == 3) pv_columns<3>(r0, i0, np);
+        else if (n == 2) pv_columns<2>(r0, i0, np);
+        else pv_columns<1>(r0, i0, np);
       }
     }
 
-    // Group g's lanes, NR at a time (the last step fewer).
-    void qk_lanes(int g, int32_t c0, int32_t c1, int32_t cb, int nkb) {
-      for (int r0 = g * lpg; r0 < (g + 1) * lpg; r0 += NR) {
-        const int n = imin(NR, (g + 1) * lpg - r0);
-        if (n >= NR) qk<NR>(r0, c0, c1, cb, nkb);
-        else if (n == 3) qk<3>(r0, c0, c1, cb, nkb);
-        else if (n == 2) qk<2>(r0, c0, c1, cb, nkb);
-        else qk<1>(r0, c0, c1, cb, nkb);
+    // Lane r after its tile's logits (the rows kernel's update_max, per lane): m, alpha, P's offset; O rescaled.
+    void update_max(int r) {
+      const float ninf = -std::numeric_limits<float>::infinity();
+      const float mn = nan[r] ? std::numeric_limits<float>::quiet_NaN() : ScalarOps::max(tmax[r], m[r]);
+      const bool empty = mn == ninf;
+      alpha[r] = empty ? 1.f : exp2<ScalarOps>(m[r] - mn);
+      msub[r] = empty ? 0.f : mn;
+      m[r] = mn;
+      if (alpha[r] == 1.f) return;
+      const F al = O::set1(alpha[r]), tiny = O::set1(0x1p-126f);
+      for (int d = 0; d < D; d += W) {
+        const F x = O::mul(O::load(o + static_cast<size_t>(r) * D + d), al);
+        O::store(o + static_cast<size_t>(r) * D + d, O::select(O::lt(O::abs(x), tiny), O::zero(), x));
       }
     }
-    void pv_lanes(int g, int pairs) {
-      for (int r0 = g * lpg; r0 < (g + 1) * lpg; r0 += NR) {
-        const int n = imin(NR, (g + 1) * lpg - r0);
-        if (n >= NR) pv<NR>(r0, pairs);
-        else if (n == 3) pv<3>(r0, pairs);
-        else if (n == 2) pv<2>(r0, pairs);
-        else pv<1>(r0, pairs);
+
+    // Group g's pass over tile [ja, jb) (pair-aligned start cb): its logits, max, P and P·V. The next group's
+    // (or, after the last, the next tile's first group's) K rows are fetched during the K pass, V rows during
+    // the V pass.
+    void group_tile(int g, int32_t ja, int32_t jb, int32_t cb, F floor) {
+      const int r0 = g * lpg, r1 = r0 + lpg;
+      const int32_t next_end = imin(jb + (jb - cb), a.key_end);  // the next tile's first keys, roughly as many
+      auto ahead = [&](int i0, int i1, bool is_v) {
+        if (g + 1 < a.groups) {
+          prefetch_tile(g + 1, i0, i1, is_v);
+        } else {
+          prefetch(0, imin(jb + i0, next_end), imin(jb + i1, next_end), is_v);
+        }
+      };
+      for (int r = r0; r < r1; ++r) tmax[r] = -std::numeric_limits<float>::infinity(), nan[r] = false, ltile[r] = 0.0;
+      for (int32_t c0 = cb; c0 < jb; c0 += kChunk) {
+        const int32_t c1 = imin(c0 + kChunk, jb);
+        const int nkb = (c1 - c0 + W - 1) / W;
+        const uint8_t* rows[W];
+        for (int kb = 0; kb < nkb;) {
+          const int nk = nkb - kb >= NKB ? NKB : 1;
+          for (int k = 0; k < nk; ++k) {
+            for (int t = 0; t < W; ++t) {
+              const int32_t j = c0 + (kb + k) * W + t;
+              rows[t] = j < c1 ? row(g, j - cb, false) : nullptr;
+            }
+            P::template pack_kt<K>(rows, kt + static_cast<size_t>(k) * 2 * W, D, static_cast<size_t>(NKB) * 2 * W);
+          }
+          ahead(c0 - cb + kb * W, imin(c0 - cb + (kb + nk) * W, jb - cb), false);
+          if (nk == NKB) qk_lanes<NKB>(g, c0 + kb * W, c1, cb);
+          else qk_lanes<1>(g, c0 + kb * W, c1, cb);
+          kb += nk;
+        }
       }
+      for (int r = r0; r < r1; ++r) update_max(r);
+      for (int32_t c0 = cb; c0 < jb; c0 += kChunk) {
+        const int32_t c1 = imin(c0 + kChunk, jb);
+        const int nkb = (c1 - c0 + W - 1) / W, pairs = (c1 - c0 + 1) / 2;
+        for (int r = r0; r < r1; ++r) probs(r, c0, cb, nkb, floor);
+        for (int i0 = 0; i0 < pairs; i0 += kPairs) {
+          const int np = imin(kPairs, pairs - i0);
+          for (int i = 0; i < np; ++i) {
+            const int32_t j = c0 + 2 * (i0 + i);
+            pack_v_pair<P, K>(row(g, j - cb, true), j + 1 < c1 ? row(g, j + 1 - cb, true) : nullptr,
+                              vc + static_cast<size_t>(i) * 2 * D, D);
+          }
+          ahead(c0 - cb + 2 * i0, imin(c0 - cb + 2 * (i0 + np), jb - cb), true);
+          pv_lanes(g, i0, np);
+        }
+      }
+      for (int r = r0; r < r1; ++r) l[r] = l[r] * alpha[r] + static_cast<float>(ltile[r]);
     }
 
     void run() {
       const float ninf = -std::numeric_limits<float>::infinity();
       for (int r = 0; r < a.lanes; ++r) {
         load_q_row<O, K>(a, r, tmp);
-        for (int d = 0; d < D; ++d) qn[static_cast<size_t>(r) * D + d] = P::to_e(tmp[d]);
+        for (int d = 0; d < D; d += W) P::store_b(qn + static_cast<size_t>(r) * D + d, O::load(tmp + d));
         m[r] = ninf;
         l[r] = 0.f;
       }
       std::memset(o, 0, sizeof(float) * D * a.lanes);
+      const F floor = O::set1(p_floor<K>(a.inv_p_scale));
       const int32_t tile = a.tile;
       for (int32_t t0 = a.key_begin / tile * tile; t0 < a.key_end; t0 += tile) {
         const int32_t ja = imax(t0, a.key_begin), jb = imin(t0 + tile, a.key_end);
         const int32_t cb = t0 + ((ja - t0) & ~1);
-        for (int r = 0; r < a.lanes; ++r) tmax[r] = ninf, nan[r] = false, ltile[r] = 0.0;
-        for (int32_t c0 = cb; c0 < jb; c0 += kChunk) {
-          const int32_t c1 = imin(c0 + kChunk, jb);
-          const int nkb = (c1 - c0 + W - 1) / W;
-          pfk.reset(a, c1, imin(c1 + kChunk, a.key_end), false, a.groups * nkb);
-          for (int g = 0; g < a.groups; ++g) {
-            pack_kt(g, c0, c1, ja, nkb);
-            qk_lanes(g, c0, c1, cb, nkb);
-          }
-        }
-        for (int r = 0; r < a.lanes; ++r) {  // the rows kernel's update_max, per lane
-          const float mn = nan[r] ? std::numeric_limits<float>::quiet_NaN() : ScalarOps::max(tmax[r], m[r]);
-          const bool empty = mn == ninf;
-          alpha[r] = empty ? 1.f : exp2<ScalarOps>(m[r] - mn);
-          msub[r] = empty ? 0.f : mn;
-          m[r] = mn;
-          if (alpha[r] == 1.f) continue;
-          const F al = O::set1(alpha[r]), tiny = O::set1(0x1p-126f);
-          for (int d = 0; d < D; d += W) {
-            const F x = O::mul(O::load(o + static_cast<size_t>(r) * D + d), al);
-            O::store(o + static_cast<size_t>(r) * D + d, O::select(O::lt(O::abs(x), tiny), O::zero(), x));
-          }
-        }
-        for (int32_t c0 = cb; c0 < jb; c0 += kChunk) {
-          const int32_t c1 = imin(c0 + kChunk, jb);
-          const int nkb = (c1 - c0 + W - 1) / W, pairs = (c1 - c0 + 1) / 2;
-          for (int r = 0; r < a.lanes; ++r) probs(r, c0, cb, nkb);
-          pfv.reset(a, c1, imin(c1 + kChunk, a.key_end), true, a.groups * pairs);
-          for (int g = 0; g < a.groups; ++g) {
-            for (int i = 0; i < pairs; ++i) {
-              const int32_t j = c0 + 2 * i;
-              pack_v_pair<P, K>(j >= ja ? row(g, j, true) : nullptr, j + 1 < c1 ? row(g, j + 1, true) : nullptr,
-                                vc + static_cast<size_t>(i) * 2 * D, D);
-              pfv.step();
-            }
-            pv_lanes(g, pairs);
-          }
-        }
-        for (int r = 0; r < a.lanes; ++r) l[r] = l[r] * alpha[r] + static_cast<float>(ltile[r]);
+        if (cb < ja) krow[0] = vrow[0] = nullptr;  // the pair-aligned start's key before ja: a zero row
+        for_rows(ja, jb, false, [&](int32_t j, const uint8_t* r) { krow[j - cb] = r; });
+        for_rows(ja, jb, true, [&](int32_t j, const uint8_t* r) { vrow[j - cb] = r; });
+        for (int g = 0; g < a.groups; ++g) group_tile(g, ja, jb, cb, floor);
       }
       for (int r = 0; r < a.lanes; ++r) {  // epilogue, vectors over d
         const RowResult res = lane_result(a, r, m[r], l[r]);
@@ -780,7 +840,21 @@ struct SimdKernel {
     return r > k ? r : k;
   }
   static void run(const ItemArgs& a) { a.groups > 1 || a.lanes < kKeysBelow ? Keys::run(a) : Rows::run(a); }
-  static Kernel kernel() { return {&scratch_bytes, &run}; }
+  template <Fp8Kind K>
+  static void encode_as(const uint16_t* src, bool bf16, float inv_scale, uint8_t* dst, int32_t n) {
+    using O = typename Keys::Ops;
+    const auto inv = O::set1(inv_scale);
+    int32_t i = 0;
+    for (; i + O::W <= n; i += O::W)
+      O::store_u8(dst + i, fp8_code<O, K>(O::mul(bf16 ? O::load_bf16(src + i) : O::load_fp16(src + i), inv)));
+    for (; i < n; ++i)
+      dst[i] = static_cast<uint8_t>(fp8_code<ScalarOps, K>((bf16 ? bf16_decode(src[i]) : fp16_decode(src[i])) * inv_scale));
+  }
+  static void encode(const uint16_t* src, bool bf16, float inv_scale, Fp8Kind kind, uint8_t* dst, int32_t n) {
+    kind == Fp8Kind::E4M3FN ? encode_as<Fp8Kind::E4M3FN>(src, bf16, inv_scale, dst, n)
+                            : encode_as<Fp8Kind::E4M3FNUZ>(src, bf16, inv_scale, dst, n);
+  }
+  static Kernel kernel() { return {&scratch_bytes, &run, &encode}; }
 };
 
 }  // namespace

@@ -73,7 +73,6 @@ void check_supported(const FwdParams& p, const FwdKernel* k) {
 // The kernel of a call (the one it runs and forward_kernel names), after the checks.
 const FwdKernel& kernel_for(const at::Tensor& q, const FwdParams& p) {
   const FwdTable& t = fwd_table();
-  TORCH_CHECK_VALUE(p.sinks == nullptr, "fp8attn.forward on CUDA: sinks are not applied by the GPU kernels yet");
   check_supported(p, nullptr);
   const auto cc = device_cc(q.device().index());
   const FwdTarget& target = fwd_target(t, cc.first, cc.second);

@@ -207,6 +207,9 @@ def peers_available() -> list[str]:
     try:
         import vllm._custom_ops  # noqa: F401
         from vllm.v1.attention.backends.cpu_attn import _get_attn_isa  # noqa: F401
+        # CPU_ATTN runs AMX tiles where the CPU has them: the process asks the OS for their state first, as
+        # vLLM's CPU worker (through oneDNN) does; without it the first tile instruction kills the process.
+        torch.cpu._init_amx()
         peers.append("cpu_attn")
     except Exception:  # noqa: BLE001
         pass

@@ -42,8 +42,10 @@ def fp8_rand(shape, dtype, gen, scale=1.0):
 
 def make_case(*, layout="dense", B=2, Sq=37, Sk=203, H=4, Hkv=2, D=128, q_dtype=torch.float8_e4m3fn,
               fp8=torch.float8_e4m3fn, out_dtype=torch.bfloat16, causal=False, window=(-1, -1), softcap=0.0,
-              per_head=False, page=16, seed=0, num_blocks=None, p_scale=None):
-    """Random inputs (on the CPU) for one call; returns (args, kwargs) of `call`."""
+              per_head=False, page=16, seed=0, num_blocks=None, p_scale=None, sinks=False):
+    """Random inputs (on the CPU) for one call; returns (args, kwargs) of `call`. sinks: one attention-sink
+    logit per q head, spread over [-6, 12]: from well below the rows' lse (about ln Sk here: the logits are
+    small) to well above it."""
     g = torch.Generator().manual_seed(seed)
     if q_dtype in (torch.bfloat16, torch.float16):
         q = (torch.randn((B, Sq, H, D), generator=g) * 3).to(q_dtype)
@@ -61,6 +63,8 @@ def make_case(*, layout="dense", B=2, Sq=37, Sk=203, H=4, Hkv=2, D=128, q_dtype=
     if out_dtype in (torch.float8_e4m3fn, torch.float8_e4m3fnuz):
         kw["out_scale"] = torch.tensor([0.02])
     kw["out_dtype"] = out_dtype
+    if sinks:  # (their own generator: the other inputs are those of the case without sinks)
+        kw["sinks"] = torch.linspace(-6.0, 12.0, H)[torch.randperm(H, generator=torch.Generator().manual_seed(seed))]
     if layout == "dense":
         return (q, k, v), kw
     # varlen q / k: ragged lengths (some zero), packed

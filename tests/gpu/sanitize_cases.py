@@ -4,7 +4,7 @@ Dense causal, varlen GQA with empty sequences, paged with shuffled blocks and Na
 split-KV decode (8 and 16 rows), head dims 64/80/128/256 where built, 16-bit q, FP8 and 16-bit
 out: on Hopper the wgmma pipeline (D 64/128/256 prefill; 64- and 128-key tiles, kv_tile 0 = its
 default), the decodewg pipeline (D 64 / 128 / 256 over 16-key pages), the decode pipeline (D 80; D 128 over
-8-key pages) and the portable one (D = 80 prefill)."""
+8-key pages) and the portable one (D = 80 prefill); attention sinks on each of them, split and not."""
 import os
 
 import torch
@@ -31,6 +31,12 @@ cases = [
     dict(layout="paged", D=128, Sq=2, Sk=900, H=32, Hkv=8, causal=True, out_dtype=FN, page=8),
     dict(layout="paged", D=64, Sq=1, Sk=2000, H=32, Hkv=8, causal=True, out_dtype=FN),
     dict(layout="paged", D=256, Sq=2, Sk=1500, H=16, Hkv=8, window=(700, 0), out_dtype=FN),
+    # attention sinks: read in the epilogue (each pipeline) and in the split-KV combine
+    dict(layout="dense", causal=True, D=128, Sq=100, Sk=150, sinks=True),
+    dict(layout="paged", D=128, Sq=200, Sk=700, H=8, Hkv=2, page=128, causal=True, kv_tile=0, sinks=True),
+    dict(layout="paged", D=128, Sq=1, Sk=3000, H=32, Hkv=8, causal=True, out_dtype=FN, sinks=True),
+    dict(layout="paged", D=64, Sq=4, Sk=900, H=32, Hkv=8, causal=True, sinks=True),
+    dict(layout="dense", D=80, Sq=40, Sk=100, H=4, Hkv=4, window=(30, 0), sinks=True),
 ]
 # Splits: none, the call's own count, and 5 for the decode-shaped calls.
 for split in ("1", "", "5"):

@@ -551,3 +551,112 @@ def test_write_kv_cache_skips_device_slots_past_the_cache():
     assert torch.equal(guard[nb], torch.full_like(guard[nb], 0x7F)), "a write landed past the cache"
     expect = key.to(FN).view(torch.uint8).to(DEV)
     assert torch.equal(guard[0, 0], expect[0]) and torch.equal(guard[0, 1], expect[3])
+
+
+# ---- attention sinks (gpt-oss): one logit per q head, added after the KV loop, or once in the combine --------
+
+SINK_SHAPES = {
+    "dense": dict(Sq=37, Sk=203),
+    "dense_causal_gqa": dict(Sq=130, Sk=130, H=8, Hkv=2, causal=True),
+    "varlen_window": dict(layout="varlen", Sq=70, Sk=260, H=8, Hkv=2, window=(40, 0), q_dtype=BF16, out_dtype=FN),
+    "paged_softcap": dict(layout="paged", Sq=150, Sk=389, H=8, Hkv=1, causal=True, softcap=7.0, page=32),
+    "decode8": dict(layout="paged", Sq=1, Sk=1500, H=32, Hkv=8, causal=True, out_dtype=FN),
+    "decode16": dict(layout="paged", Sq=4, Sk=1500, H=32, Hkv=8, causal=True, per_head=True),
+    "decode_dense": dict(Sq=16, Sk=900, H=8, Hkv=8, causal=True, q_dtype=FP16, out_dtype=FP16),
+}
+
+
+@pytest.mark.parametrize("D", [64, 128, 256])
+@pytest.mark.parametrize("shape", list(SINK_SHAPES))
+def test_sinks_vs_cpu(shape, D):
+    """With sinks each pipeline (this device's default, or FP8ATTN_PIPELINE's) agrees with the CPU oracle as
+    without them (same tolerances; the wgmma ones also as close to fp64, sinks included), prefill and decode
+    kernels, and the sinks change the output."""
+    need_dim(D)
+    args, kw = make_case(D=D, seed=D + len(shape), sinks=True, **SINK_SHAPES[shape])
+    gout, _ = check_vs_cpu(args, kw)
+    plain, _ = call(*args, device=DEV, **{k_: v_ for k_, v_ in kw.items() if k_ != "sinks"})
+    assert not torch.equal(gout.view(torch.uint8), plain.view(torch.uint8))
+
+
+def test_sinks_rows_without_keys(monkeypatch):
+    """A row that sees no key (a window before its keys; a sequence with seqused_k = 0) gives 0 and lse = its
+    sink, unsplit and split."""
+    need_dim(128)
+    args, kw = make_case(Sq=50, Sk=20, window=(0, 0), causal=True, sinks=True, seed=11)
+    gout, glse = check_vs_cpu(args, kw)
+    sinks = kw["sinks"].view(1, -1, 1)
+    torch.testing.assert_close(glse.cpu()[:, :, :30], sinks.expand(2, -1, 30), rtol=1e-6, atol=1e-6)
+    assert (gout[:, :30].float() == 0).all()
+    for splits in ("1", "4"):
+        monkeypatch.setenv("FP8ATTN_NUM_SPLITS", splits)
+        args, kw = make_case(layout="paged", B=3, Sq=2, Sk=800, H=32, Hkv=8, causal=True, sinks=True, seed=12)
+        kw["seqused_k"][0] = 0  # (its q length is Sq = 2)
+        gout, glse = call(*args, device=DEV, **kw)
+        torch.testing.assert_close(glse.cpu()[:, :2], kw["sinks"].view(-1, 1).expand(-1, 2), rtol=1e-6, atol=1e-6)
+        assert (gout[:2].float() == 0).all()
+
+
+@pytest.mark.parametrize("splits", ["1", "", "3"])
+def test_outweighed_sinks_give_the_bits_without_sinks(monkeypatch, splits):
+    """A sink far below every logit adds exp(sink - m) = 0 exactly: every kernel (prefill, decode, split and
+    combined) gives the bits of the call without sinks, whose loop it runs."""
+    need_dim(128)
+    monkeypatch.setenv("FP8ATTN_NUM_SPLITS", splits)
+    for shape in ("dense_causal_gqa", "paged_softcap", "decode8", "decode16"):
+        args, kw = make_case(seed=5, **SINK_SHAPES[shape])
+        out, lse = call(*args, device=DEV, **kw)
+        out_s, lse_s = call(*args, device=DEV, sinks=torch.full((args[0].shape[-2],), -1e30), **kw)
+        assert torch.equal(out.view(torch.uint8), out_s.view(torch.uint8)) and torch.equal(lse, lse_s), shape
+
+
+@pytest.mark.parametrize("splits", [2, 5, 64])
+@pytest.mark.parametrize("Sq", [1, 4])
+def test_sinks_split_decode(monkeypatch, splits, Sq):
+    """Split decode with sinks: the splits run without them and the combine kernel adds each row's sink once.
+    As accurate against fp64 as the CPU (which holds the sink once), lse within the split tests' tolerance
+    of the CPU's, bitwise repeatable."""
+    need_dim(128)
+    monkeypatch.setenv("FP8ATTN_NUM_SPLITS", str(splits))
+    args, kw = make_case(layout="paged", B=5, Sq=Sq, Sk=3000, H=32, Hkv=8, causal=True, out_dtype=FN, sinks=True,
+                         seed=300 + splits + Sq)
+    assert_decode_kernel(args, kw)
+    gout, glse = call(*args, device=DEV, **kw)
+    cout, clse = call(*args, device="cpu", **kw)
+    _, bad_nan = agreement(gout, cout)
+    assert not bad_nan
+    e_gpu, e_cpu = _rel_err_vs_ideal(gout, args, kw), _rel_err_vs_ideal(cout, args, kw)
+    assert e_gpu <= 1.25 * e_cpu + 1e-3, f"{splits} splits, Sq={Sq}: err {e_gpu:.4f} vs CPU {e_cpu:.4f}"
+    assert lse_close(glse, clse, tol=3e-2)
+    o2, l2 = call(*args, device=DEV, **kw)
+    assert torch.equal(gout.view(torch.uint8), o2.view(torch.uint8)) and torch.equal(glse, l2)
+
+
+def test_sinks_cuda_graph_capture():
+    """Sinks are read on the device: a captured decode replays its eager call bit for bit, and a new value
+    written into the same sinks tensor is what the next replay uses."""
+    need_dim(128)
+    args, kw = make_case(layout="paged", Sq=1, Sk=1200, H=32, Hkv=8, causal=True, out_dtype=FN, sinks=True, seed=52)
+    dev_args, dkw = case_on_device(args, kw)
+    eager, eager_lse = call(*dev_args, device=DEV, **dkw)
+    out = torch.empty_like(eager)
+    call(*dev_args, device=DEV, out=out, **dkw)  # warm-up outside the graph
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        _, lse = call(*dev_args, device=DEV, out=out, poison=False, **dkw)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(out.view(torch.uint8), eager.view(torch.uint8)) and torch.equal(lse, eager_lse)
+    dkw["sinks"].add_(3.0)
+    graph.replay()
+    again, again_lse = call(*dev_args, device=DEV, **dkw)
+    torch.cuda.synchronize()
+    assert torch.equal(out.view(torch.uint8), again.view(torch.uint8)) and torch.equal(lse, again_lse)
+    assert not torch.equal(lse, eager_lse)
+
+
+def test_sinks_on_another_device_are_refused():
+    need_dim(128)
+    q = torch.randn(1, 8, 4, 128, device=DEV).to(FN)
+    with pytest.raises(ValueError, match="sinks must be on q's device"):
+        fp8attn.forward(q, q, q, sinks=torch.zeros(4))

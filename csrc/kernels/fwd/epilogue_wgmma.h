@@ -33,13 +33,13 @@ struct EpilogueNvWgmma {
   }
 
   // wg: the consumer warpgroup, warp: the consumer warp in the block (rows 16 * warp ..), sQ: the
-  // item's Q buffer (its rows 64 * wg .. belong to this warpgroup).
+  // item's Q buffer (its rows 64 * wg .. belong to this warpgroup); inv_p_scale: the PQuant's (RowScales).
   FP8ATTN_DEVICE static void store(const FwdParams& p, const BlockCtx& c, const ThreadRows<Tile>& tr,
-                                   const FwdState<Policy>& st, const Scalars& sc, uint8_t* sQ, int wg, int warp,
-                                   int lane) {
+                                   const FwdState<Policy>& st, const Scalars& sc, float inv_p_scale, uint8_t* sQ,
+                                   int wg, int warp, int lane) {
 #if FP8ATTN_NV_WGMMA
     static_assert(Problem::kFp8 == Fp8Kind::E4M3FN, "the hardware conversion writes e4m3fn");
-    const RowScales<Policy> rs(st, sc.p_scale, sc.v_descale);
+    const RowScales<Policy> rs(p, tr, st, sc.p_scale, inv_p_scale, sc.v_descale);
     const float inv_out_scale = sc.inv_out_scale;
 #pragma unroll
     for (int ri = 0; ri < Tile::kRows; ++ri) {

@@ -104,19 +104,28 @@ FP8ATTN_DEVICE void init_state(FwdState<Policy>& st) {
 }
 
 // Per row of the thread: the factor from acc to O (v_descale / l; 0 for a row with no visible key)
-// and lse.
+// and lse, after the row's attention sink when the call has sinks (softmax.h, add_sink: once, after
+// the KV loop) and is not split (the combine kernel adds it then). tr: the rows of st's layout (their
+// heads). Branch-free (a call without sinks takes sink = -inf, which leaves the row as it is): a branch
+// here made ptxas rematerialize addresses inside the decodewg KV loop. inv_p_scale: the PQuant's
+// 1 / p_scale (a division here spilled the D 256 wgmma consumers).
 template <class Policy>
 struct RowScales {
-  float o_scale[Policy::Tile::kRows], lse[Policy::Tile::kRows];
+  using Tile = typename Policy::Tile;
+  float o_scale[Tile::kRows], lse[Tile::kRows];
 
-  FP8ATTN_DEVICE RowScales(const FwdParams& p, const BlockCtx& c, const FwdState<Policy>& st)
-      : RowScales(st, p_scale_of(p), v_descale_of(p, c)) {}
+  FP8ATTN_DEVICE RowScales(const FwdParams& p, const BlockCtx& c, const ThreadRows<Tile>& tr,
+                           const FwdState<Policy>& st, float inv_p_scale)
+      : RowScales(p, tr, st, p_scale_of(p), inv_p_scale, v_descale_of(p, c)) {}
   // With p_scale and v_descale already loaded (a persistent kernel reads them ahead).
-  FP8ATTN_DEVICE RowScales(const FwdState<Policy>& st, float p_scale, float v_descale) {
-    using Tile = typename Policy::Tile;
+  FP8ATTN_DEVICE RowScales(const FwdParams& p, const ThreadRows<Tile>& tr, const FwdState<Policy>& st, float p_scale,
+                           float inv_p_scale, float v_descale) {
+    const float* sinks = p.num_splits == 1 ? p.sinks : nullptr;
 #pragma unroll
     for (int ri = 0; ri < Tile::kRows; ++ri) {
-      const RowResult r = finish_row(st.m[ri], Tile::row_sum(st.l[ri]), v_descale * Tile::kInvProductScale, p_scale);
+      const float sink = sinks ? sinks[tr.head[ri]] * kLog2e : -INFINITY;
+      const SinkRow sr = add_sink(st.m[ri], Tile::row_sum(st.l[ri]), sink, inv_p_scale, Exp2Precise{});
+      const RowResult r = finish_row(sr.m, sr.l, v_descale * Tile::kInvProductScale * sr.acc_scale, p_scale);
       o_scale[ri] = r.o_scale;
       lse[ri] = r.lse;
     }
@@ -184,10 +193,12 @@ FP8ATTN_DEVICE void store_rows(const FwdParams& p, const BlockCtx& c, const Thre
     }
   }
 }
+// inv_p_scale: the call's PQuant's (RowScales).
 template <class Problem, class Policy>
 FP8ATTN_DEVICE void store_rows(const FwdParams& p, const BlockCtx& c, const ThreadRows<typename Policy::Tile>& tr,
-                               const FwdState<Policy>& st, int lane) {
-  store_rows<Problem, Policy>(p, c, tr, st, lane, RowScales<Policy>(p, c, st), OutputTransform<Problem::kFp8>::make(p));
+                               const FwdState<Policy>& st, float inv_p_scale, int lane) {
+  store_rows<Problem, Policy>(p, c, tr, st, lane, RowScales<Policy>(p, c, tr, st, inv_p_scale),
+                             OutputTransform<Problem::kFp8>::make(p));
 }
 
 // One block of the forward pass: the body of fwd_kernel (the decode kernels run the same steps in another
@@ -209,7 +220,7 @@ FP8ATTN_DEVICE void fwd_block(const FwdParams& p) {
   Pipe::run(p, c, pq, smem, st);  // its first barrier publishes Q and the K pad
   ThreadRows<Tile> tr;  // the rows of st's layout
   tr.init(p, c, warp, lane);
-  store_rows<Problem, Policy>(p, c, tr, st, lane);
+  store_rows<Problem, Policy>(p, c, tr, st, pq.inv_p_scale, lane);
   FP8ATTN_TRACE(kTraceRowsStored);
 }
 
@@ -220,11 +231,12 @@ __global__ void __launch_bounds__(Policy::kThreads) fwd_kernel(const __grid_cons
 
 // Flash-decoding combine: one block per (query row, head) merges the splits' normalized partial
 // outputs with weights exp(lse_s - max lse) (warp 0 computes them once, into shared memory), then
-// applies the output transform and writes lse. Thread (group s0, float4 column j) sums column j over
-// splits s0, s0 + G, ... (G = threads / (D/4) groups): the partial outputs are read coalesced, and
-// the first kCombinePre of a thread's loads are issued before the weights are known, so that the lse
-// and O reads overlap (one memory round trip instead of two); the groups' sums are then added in
-// group order (deterministic).
+// applies the output transform and writes lse; the row's attention sink (natural units, like the
+// splits' lse, which do not hold it) is one more term of the weights' sum, added once here. Thread
+// (group s0, float4 column j) sums column j over splits s0, s0 + G, ... (G = threads / (D/4) groups):
+// the partial outputs are read coalesced, and the first kCombinePre of a thread's loads are issued
+// before the weights are known, so that the lse and O reads overlap (one memory round trip instead of
+// two); the groups' sums are then added in group order (deterministic).
 constexpr int kCombineMaxThreads = 256;
 constexpr int kCombinePre = 8;   // partial-output loads per thread issued before the weights
 constexpr int kMaxSplits = 128;  // choose_num_splits and the entry point keep num_splits <= this
@@ -269,6 +281,7 @@ __global__ void __launch_bounds__(kCombineMaxThreads) fwd_combine_kernel(const _
     }
 #pragma unroll
     for (int x = 1; x < 32; x *= 2) mx = max_nan(mx, lane_xor(mx, x));
+    if (p.sinks) mx = max_nan(mx, p.sinks[h]);  // (read again below: a register less across the loop)
     for (int s = tid; s < S; s += 32) {
       w[s] = (mx == -INFINITY || w[s] == -INFINITY) ? 0.f : expf(w[s] - mx);
       sum += w[s];
@@ -277,7 +290,7 @@ __global__ void __launch_bounds__(kCombineMaxThreads) fwd_combine_kernel(const _
     for (int x = 1; x < 32; x *= 2) sum += lane_xor(sum, x);
     if (tid == 0) {
       stat[0] = mx;
-      stat[1] = sum;
+      stat[1] = p.sinks ? sum + expf(p.sinks[h] - mx) : sum;
     }
   }
   __syncthreads();

@@ -98,9 +98,9 @@ __global__ void __launch_bounds__(Policy::kThreads, 1) fwd_kernel_wgmma(const __
         block();
       }
       if (Epilogue::staged(p))
-        Epilogue::store(p, c, tr, st, sc, Pipe::q_buf(smem, cons.qs), warp / 4, warp, lane);
+        Epilogue::store(p, c, tr, st, sc, pq.inv_p_scale, Pipe::q_buf(smem, cons.qs), warp / 4, warp, lane);
       else
-        store_rows<Problem, Policy>(p, c, tr, st, lane);
+        store_rows<Problem, Policy>(p, c, tr, st, pq.inv_p_scale, lane);
       cons.release_q(bars);
       FP8ATTN_TRACE(kTraceConsumerStored);
     }

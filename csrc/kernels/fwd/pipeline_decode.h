@@ -540,7 +540,8 @@ FP8ATTN_DEVICE void decode_block(const FwdParams& p) {
   Pipe::run(p, c, pq, smem, st, en);
   ThreadRows<Tile> tr;  // the rows of st's layout
   tr.init(p, c, warp, lane);
-  store_rows<Problem, Policy>(p, c, tr, st, lane, RowScales<Policy>(st, p_scale, v_descale),
+  store_rows<Problem, Policy>(p, c, tr, st, lane,
+                             RowScales<Policy>(p, tr, st, p_scale, pq.inv_p_scale, v_descale),
                              OutputTransform<Problem::kFp8>::make(p, out_scale));
   FP8ATTN_TRACE(kTraceRowsStored);
 }

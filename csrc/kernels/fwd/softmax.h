@@ -52,15 +52,16 @@ FP8ATTN_HD bool needs_rescale(float alpha) { return !(alpha == 1.f); }
 // starts at it, so P is quantized against the row's own maximum: docs/numerics.md, "Attention sinks").
 // m becomes max(m, sink); acc and l are rescaled by acc_scale = exp2(m_old - m), and l (a sum of p8 =
 // p / p_scale) gains exp2(sink - m) / p_scale. A row that saw no key (m = -inf) gets acc_scale 0 and
-// l = 1 / p_scale: out 0, lse = the sink. A NaN m stays NaN.
+// l = 1 / p_scale: out 0, lse = the sink. A NaN m stays NaN. sink = -inf is no sink: m and l come back
+// as they were, acc_scale 1 (an empty row stays empty), so a caller may apply it unconditionally.
 struct SinkRow {
   float m, l, acc_scale;
 };
 template <class Exp2>
 FP8ATTN_HD SinkRow add_sink(float m, float l, float sink, float inv_p_scale, Exp2 exp2) {
   const float m_new = max_nan(m, sink);
-  const float a = exp2(m - m_new);
-  return {m_new, l * a + exp2(sink - m_new) * inv_p_scale, a};
+  const float a = m == m_new ? 1.f : exp2(m - m_new);  // (the guards: -inf - -inf is NaN)
+  return {m_new, l * a + (sink == -INFINITY ? 0.f : exp2(sink - m_new)) * inv_p_scale, a};
 }
 
 // The row's output factor and lse: O = acc * o_scale with o_scale = o_factor / l (o_factor:

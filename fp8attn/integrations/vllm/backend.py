@@ -8,12 +8,14 @@ Written against vLLM 0.33.0's ``vllm.v1.attention.backend`` interfaces (read off
   ``[num_blocks, block_size, num_kv_heads, head_size]`` views, contiguous in the head dim only. The op
   takes those strided views as they are, so every layout works and nothing is copied. FP8 caches are
   allocated as uint8 and viewed as the platform's FP8 type (e4m3fn, or e4m3fnuz on MI300).
-- New K/V are written by ``do_kv_cache_update`` (``forward_includes_kv_cache_update = False``), quantized
-  with the layer's ``_k_scale`` / ``_v_scale`` by ``torch.ops.fp8attn.write_kv_cache``.
-- ``forward`` runs the whole mixed batch (prefills, chunked-prefill continuations, decodes) as one call of
-  ``fp8attn.forward`` on the paged cache: varlen q (``query_start_loc``), ``seqused_k``
-  (``seq_lens``), ``block_table``, causal aligned bottom-right. All scales are the layer's device tensors,
-  read where vLLM keeps them at every call (a weight reload or a captured graph sees the current values);
+- ``forward`` writes the step's new K/V into the cache first (``forward_includes_kv_cache_update = True``:
+  one custom op per layer and step, not vLLM's separate ``unified_kv_cache_update`` as well), quantized with
+  the layer's ``_k_scale`` / ``_v_scale`` by ``torch.ops.fp8attn.write_kv_cache``, at the metadata's
+  ``slot_mapping``.
+- It then runs the whole mixed batch (prefills, chunked-prefill continuations, decodes) as one call of
+  ``torch.ops.fp8attn.forward`` on the paged cache: varlen q (``query_start_loc``), ``seqused_k``
+  (``seq_lens``), ``block_table``, causal aligned bottom-right. All scales are the layer's tensors, read
+  where vLLM keeps them at every call (a weight reload or a captured graph sees the current values);
   max_seqlen_q / max_seqlen_k are given, so the op never synchronises with the host.
 - Attention sinks (gpt-oss): vLLM hands the impl the layer's ``sinks`` Parameter (one value per local q
   head, in the model's dtype, filled at weight load; -inf for a head the loader pads). ``forward`` passes
@@ -48,7 +50,6 @@ from vllm.v1.attention.backend import (
     MultipleOf,
 )
 
-import fp8attn
 from fp8attn.integrations.vllm import checkpoint_scales
 from fp8attn.quant import default_p_scale, quantize
 from fp8attn.shapes import HEAD_DIMS
@@ -78,8 +79,8 @@ class FP8AttnBackend(AttentionBackend):
     supported_dtypes: ClassVar[list[torch.dtype]] = [torch.float16, torch.bfloat16]
     supported_kv_cache_dtypes: ClassVar[list[CacheDType]] = list(SUPPORTED_KV_CACHE_DTYPES)  # type: ignore[assignment]
 
-    # The KV cache is written by do_kv_cache_update (vLLM's unified_kv_cache_update op), not by forward.
-    forward_includes_kv_cache_update: bool = False
+    # forward writes the step's K/V itself: vLLM then calls no unified_kv_cache_update op per layer.
+    forward_includes_kv_cache_update: bool = True
 
     @staticmethod
     def get_name() -> str:
@@ -231,7 +232,7 @@ class FP8AttnMetadataBuilder(AttentionMetadataBuilder[FP8AttnMetadata]):
 
 
 class FP8AttnImpl(AttentionImpl[FP8AttnMetadata]):
-    """Runs fp8attn.forward / torch.ops.fp8attn.write_kv_cache for one attention layer."""
+    """Runs torch.ops.fp8attn.write_kv_cache and torch.ops.fp8attn.forward for one attention layer."""
 
     def __init__(
         self,
@@ -301,16 +302,19 @@ class FP8AttnImpl(AttentionImpl[FP8AttnMetadata]):
         # Static per-tensor FP8 (o_proj's input scale): the kernel's epilogue writes sat(O / out_scale).
         return quant_key == kFp8StaticTensorSym
 
-    def _prob_scale(self, layer: AttentionLayer) -> torch.Tensor:
+    def _prob_scale(self, layer: AttentionLayer) -> torch.Tensor | None:
         """The P-quantization scale: the layer's _prob_scale, or fp8attn's default where it was not loaded.
 
         vLLM leaves _prob_scale at exactly 1.0 when the checkpoint has no prob_output_scale (a calibrated
         one is about 1/448). P ∈ [0, 1] quantized with a scale of 1.0 would lose every p below 2⁻⁹, so 1.0
-        is replaced by the kernel's default, on the device (no host sync). Computed from the layer's tensor
-        at every call, never cached: an in-place reload (``.data.copy_``, which keeps the version counter)
-        and a captured graph's replay both read the value the layer holds now.
+        is replaced by the kernel's default: on a GPU on the device (no host sync); a CPU tensor is read
+        directly (None: the op's default). Computed from the layer's tensor at every call, never cached: an
+        in-place reload (``.data.copy_``, which keeps the version counter) and a captured graph's replay both
+        read the value the layer holds now.
         """
         src = layer._prob_scale
+        if src.is_cpu:
+            return None if float(src) == 1.0 else src
         return torch.where(src == 1.0, self._default_p_scale, src).reshape(1)
 
     def _op_sinks(self) -> torch.Tensor | None:
@@ -341,18 +345,16 @@ class FP8AttnImpl(AttentionImpl[FP8AttnMetadata]):
             value_cache = value_cache.view(self.fp8_dtype)
         return key_cache, value_cache
 
-    def do_kv_cache_update(
+    def _write_kv_cache(
         self,
         layer: AttentionLayer,
         key: torch.Tensor,
         value: torch.Tensor,
-        kv_cache: torch.Tensor,
+        key_cache: torch.Tensor,
+        value_cache: torch.Tensor,
         slot_mapping: torch.Tensor,
     ) -> None:
         """Write the step's new K/V rows into the cache at slot_mapping, quantized with k_scale / v_scale."""
-        if kv_cache.numel() == 0:  # no cache bound yet (profiling)
-            return
-        key_cache, value_cache = self._kv_caches(kv_cache)
         # key/value may be padded beyond the scheduled tokens; slot_mapping is not.
         n = slot_mapping.shape[0]
         key, value = key[:n], value[:n]
@@ -376,9 +378,10 @@ class FP8AttnImpl(AttentionImpl[FP8AttnMetadata]):
         output_scale: torch.Tensor | None = None,
         output_block_scale: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """Attention of the batch's query tokens over the paged FP8 cache (new K/V already written).
+        """Write the step's new K/V into the paged FP8 cache, then attention of the batch's query tokens over it.
 
         query: [T, H, D], FP8 (quantized by vLLM with _q_scale) or 16-bit (quantized in-kernel);
+        key, value: [T, Hkv, D] 16-bit, None where the layer shares another layer's cache (nothing written);
         output: [T, H, D], 16-bit, or FP8 when output_scale is given (vLLM's attention+quant fusion).
         """
         if output_block_scale is not None:
@@ -396,15 +399,33 @@ class FP8AttnImpl(AttentionImpl[FP8AttnMetadata]):
         if not causal and window_left >= 0 and window_right == 0:
             window_right = window_left  # a non-causal window looks both ways (as vLLM's FlashAttention does)
         key_cache, value_cache = self._kv_caches(kv_cache)
-        fp8attn.forward(
-            query[:n], key_cache, value_cache, out=output[:n],
-            out_dtype=None if output_scale is not None else output.dtype,  # (FP8 with output_scale)
-            cu_seqlens_q=attn_metadata.query_start_loc, seqused_k=attn_metadata.seq_lens,
-            max_seqlen_q=attn_metadata.max_query_len, max_seqlen_k=attn_metadata.max_seq_len,
-            block_table=attn_metadata.block_table, softmax_scale=self.scale, causal=causal,
-            window_size=(window_left, window_right), softcap=self.logits_soft_cap, sinks=self._op_sinks(),
-            q_descale=self._q_scale(layer), k_descale=layer._k_scale, v_descale=layer._v_scale,
-            p_scale=self._prob_scale(layer), out_scale=output_scale)
+        if key is not None and value is not None and self.kv_sharing_target_layer_name is None:
+            self._write_kv_cache(layer, key, value, key_cache, value_cache, attn_metadata.slot_mapping)
+        torch.ops.fp8attn.forward(
+            query[:n],
+            key_cache,
+            value_cache,
+            output[:n],
+            cu_seqlens_q=attn_metadata.query_start_loc,
+            cu_seqlens_k=None,
+            seqused_k=attn_metadata.seq_lens,
+            max_seqlen_q=attn_metadata.max_query_len,
+            max_seqlen_k=attn_metadata.max_seq_len,
+            block_table=attn_metadata.block_table,
+            softmax_scale=self.scale,
+            causal=causal,
+            window_left=window_left,
+            window_right=window_right,
+            softcap=self.logits_soft_cap,
+            q_descale=self._q_scale(layer),
+            k_descale=layer._k_scale,
+            v_descale=layer._v_scale,
+            p_scale=self._prob_scale(layer),
+            out_scale=output_scale,
+            return_softmax_lse=False,
+            kv_tile=0,
+            sinks=self._op_sinks(),
+        )
         return output
 
 

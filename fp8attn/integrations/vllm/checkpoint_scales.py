@@ -24,6 +24,7 @@ from torch.nn.modules.module import register_module_parameter_registration_hook
 from vllm.model_executor.layers.quantization.kv_cache import KVCacheScaleParameter
 
 import fp8attn
+from fp8attn.quant import default_p_scale
 
 logger = logging.getLogger("vllm.fp8attn")
 
@@ -48,7 +49,7 @@ class CheckedImpl(Protocol):
     layer_ref: weakref.ref | None  # the layer, once its scale parameters are registered
 
     def _q_scale(self, layer: torch.nn.Module) -> torch.Tensor: ...  # the scales forward passes to the op
-    def _prob_scale(self, layer: torch.nn.Module) -> torch.Tensor: ...
+    def _prob_scale(self, layer: torch.nn.Module) -> torch.Tensor | None: ...
 
 
 _watched: weakref.WeakSet = weakref.WeakSet()  # FP8ATTN impls whose layers' scales are recorded
@@ -135,9 +136,12 @@ def _message(layer: torch.nn.Module, param: str, value: torch.Tensor, problem: s
 
 
 def _passed(impl: CheckedImpl, layer: torch.nn.Module) -> dict[str, torch.Tensor]:
-    """The scales forward passes to the op, by scale parameter."""
+    """The scales forward passes to the op, by scale parameter (a prob scale left to the op: its default)."""
+    prob = impl._prob_scale(layer)
+    if prob is None:
+        prob = torch.tensor([default_p_scale(impl.fp8_dtype)])
     return {"q_scale": impl._q_scale(layer), "k_scale": layer._k_scale, "v_scale": layer._v_scale,
-            "prob_scale": impl._prob_scale(layer)}
+            "prob_scale": prob}
 
 
 def check_processed(impl: CheckedImpl) -> None:
