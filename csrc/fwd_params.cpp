@@ -61,7 +61,6 @@ void fill_params(const FwdArgs& a, const FwdLayout& L, FwdParams& p) {
   p.k_descale_head_stride = L.k_descale_head_stride;
   p.v_descale_head_stride = L.v_descale_head_stride;
   p.p_scale_ptr = a.p_scale ? a.p_scale->data_ptr<float>() : nullptr;
-  p.p_scale_default = kDefaultPScale[static_cast<int32_t>(p.fp8_kind)];
   p.out_scale = a.out_scale ? a.out_scale->data_ptr<float>() : nullptr;
   p.sinks = a.sinks ? a.sinks->data_ptr<float>() : nullptr;
   p.softmax_scale = static_cast<float>(a.softmax_scale);

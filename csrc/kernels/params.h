@@ -53,8 +53,7 @@ struct FwdParams {
   const float* k_descale = nullptr;
   const float* v_descale = nullptr;
   int32_t q_descale_head_stride = 0, k_descale_head_stride = 0, v_descale_head_stride = 0;
-  const float* p_scale_ptr = nullptr;  // 1 element; null: p_scale_default
-  float p_scale_default = 1.f / 256.f;
+  const float* p_scale_ptr = nullptr;  // 1 element; null: the FP8 kind's default (kernels/scales.h)
   const float* out_scale = nullptr;  // 1 element; non-null means FP8 output
 
   float softmax_scale = 1.f;

@@ -29,7 +29,7 @@ struct EpilogueNvWgmma {
     float p_scale, inv_out_scale, v_descale;
   };
   FP8ATTN_DEVICE static Scalars kernel_scalars(const FwdParams& p) {
-    return {p_scale_of(p), OutputTransform<Problem::kFp8>::make(p).inv_out_scale, 1.f};
+    return {p_scale_of<Problem::kFp8>(p), OutputTransform<Problem::kFp8>::make(p).inv_out_scale, 1.f};
   }
 
   // wg: the consumer warpgroup, warp: the consumer warp in the block (rows 16 * warp ..), sQ: the

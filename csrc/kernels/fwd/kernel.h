@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "../scales.h"
 #include "epilogue.h"
 #include "pipeline.h"
 
@@ -87,10 +88,6 @@ FP8ATTN_DEVICE bool make_block(const FwdParams& p, int32_t x, int32_t split, Blo
   return block_range<Problem, Policy>(p, c);
 }
 
-FP8ATTN_DEVICE float p_scale_of(const FwdParams& p) { return p.p_scale_ptr ? *p.p_scale_ptr : p.p_scale_default; }
-FP8ATTN_DEVICE float v_descale_of(const FwdParams& p, const BlockCtx& c) {
-  return p.v_descale ? p.v_descale[c.hkv * p.v_descale_head_stride] : 1.f;
-}
 
 template <class Policy>
 FP8ATTN_DEVICE void init_state(FwdState<Policy>& st) {
@@ -114,10 +111,6 @@ struct RowScales {
   using Tile = typename Policy::Tile;
   float o_scale[Tile::kRows], lse[Tile::kRows];
 
-  FP8ATTN_DEVICE RowScales(const FwdParams& p, const BlockCtx& c, const ThreadRows<Tile>& tr,
-                           const FwdState<Policy>& st, float inv_p_scale)
-      : RowScales(p, tr, st, p_scale_of(p), inv_p_scale, v_descale_of(p, c)) {}
-  // With p_scale and v_descale already loaded (a persistent kernel reads them ahead).
   FP8ATTN_DEVICE RowScales(const FwdParams& p, const ThreadRows<Tile>& tr, const FwdState<Policy>& st, float p_scale,
                            float inv_p_scale, float v_descale) {
     const float* sinks = p.num_splits == 1 ? p.sinks : nullptr;
@@ -197,7 +190,7 @@ FP8ATTN_DEVICE void store_rows(const FwdParams& p, const BlockCtx& c, const Thre
 template <class Problem, class Policy>
 FP8ATTN_DEVICE void store_rows(const FwdParams& p, const BlockCtx& c, const ThreadRows<typename Policy::Tile>& tr,
                                const FwdState<Policy>& st, float inv_p_scale, int lane) {
-  store_rows<Problem, Policy>(p, c, tr, st, lane, RowScales<Policy>(p, c, tr, st, inv_p_scale),
+  store_rows<Problem, Policy>(p, c, tr, st, lane, RowScales<Policy>(p, tr, st, p_scale_of<Problem::kFp8>(p), inv_p_scale, v_descale_of(p, c.hkv)),
                              OutputTransform<Problem::kFp8>::make(p));
 }
 
@@ -211,7 +204,7 @@ FP8ATTN_DEVICE void fwd_block(const FwdParams& p) {
   BlockCtx c;
   FP8ATTN_TRACE(kTraceKernelStart);
   if (!make_block<Problem, Policy>(p, blockIdx.x, blockIdx.y, c)) return;
-  const typename Policy::PQuant pq{1.f / p_scale_of(p)};
+  const typename Policy::PQuant pq{1.f / p_scale_of<Problem::kFp8>(p)};
 
   Pipe::load_q(p, c, smem);
   Pipe::prepare(smem);

@@ -80,7 +80,7 @@ __global__ void __launch_bounds__(Policy::kThreads, 1) fwd_kernel_wgmma(const __
       const auto block = [&]() {
         const int32_t split = p.div_items.div(item);
         make_block<Problem, Policy>(p, item - split * nx, split, c);  // (the producer publishes no empty item)
-        sc.v_descale = v_descale_of(p, c);  // used after the KV loop: its load latency is hidden
+        sc.v_descale = v_descale_of(p, c.hkv);  // used after the KV loop: its load latency is hidden
         tr.init(p, c, warp, lane);
       };
       block();

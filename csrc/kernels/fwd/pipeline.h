@@ -18,6 +18,7 @@
 #include <cstdint>
 
 #include "../mask.h"
+#include "../scales.h"
 #include "../seqinfo.h"
 #include "../variant.h"
 #include "policy.h"
@@ -30,7 +31,7 @@ namespace fp8attn {
 template <Fp8Kind K>
 FP8ATTN_DEVICE uint4 load_q16_codes(const FwdParams& p, int64_t off, int32_t h) {
   if (p.q_type == ElemType::FP8) return *reinterpret_cast<const uint4*>(static_cast<const uint8_t*>(p.q) + off);
-  const float inv = 1.f / (p.q_descale ? p.q_descale[h * p.q_descale_head_stride] : 1.f);
+  const float inv = inv_q_descale_of(p, h);
   const uint4* src = reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(p.q) + off);
   const uint4 lo = src[0], hi = src[1];
   const uint32_t w[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
@@ -93,14 +94,14 @@ struct ThreadRows {
   LogitsTransform logits[kR];
 
   FP8ATTN_DEVICE void init(const FwdParams& p, const BlockCtx& c, int warp, int lane) {
-    const float k_descale = p.k_descale ? p.k_descale[c.hkv * p.k_descale_head_stride] : 1.f;
+    const float k_descale = k_descale_of(p, c.hkv);
 #pragma unroll
     for (int ri = 0; ri < kR; ++ri) {
       mrow[ri] = c.m0 + warp * Layout::kRowsPerWarp + Layout::row_in_warp(lane, ri);
       const int32_t mr = min(mrow[ri], c.rows - 1);
       qrow[ri] = c.q_row(p, mr);
       head[ri] = c.q_head(mr, qrow[ri]);
-      const float q_descale = p.q_descale ? p.q_descale[head[ri] * p.q_descale_head_stride] : 1.f;
+      const float q_descale = q_descale_of(p, head[ri]);
       logits[ri] = LogitsTransform::make(p.softmax_scale, q_descale * k_descale * Layout::kInvProductScale, p.softcap);
     }
   }

@@ -529,7 +529,7 @@ FP8ATTN_DEVICE void decode_block(const FwdParams& p) {
   block_ids<Problem, Policy>(p, blockIdx.x, blockIdx.y, c);
   pdl_wait();  // launched as a programmatic dependent (launch_decode_with): the grid before wrote the inputs
   const SeqLens lens = SeqLens::load(p, c.b);
-  const float p_scale = p_scale_of(p), v_descale = v_descale_of(p, c), out_scale = p.out_scale ? *p.out_scale : 1.f;
+  const float p_scale = p_scale_of<Problem::kFp8>(p), v_descale = v_descale_of(p, c.hkv), out_scale = p.out_scale ? *p.out_scale : 1.f;
   typename Pipe::Entries en = Pipe::guess_entries(p, c);
   c.seq = SeqInfo::of(p, c.b, lens);  // (the first use of a length: the one wait)
   if (!block_range<Problem, Policy>(p, c)) return;

@@ -227,8 +227,8 @@ struct FwdPipelineNvWgmma {
     // A whole tile (keys below k_len) by TMA into the swizzle of K's tile, per kSw-byte column block
     // of K and of V, issued by the first producer warp: dense / varlen (K / V [total_k, Hkv, D]),
     // lane 0, one box of the tile's keys; paged, lane j, the box of keys 16j .. 16j + 15 of the tile
-    // in its page (encode_kv_maps: blocks of a multiple of 16 keys), after reading its table entry (a
-    // tile ahead instead measured 2 % slower). Lane 0's arrivals expect the bytes (a box landing
+    // in its page (encode_kv_maps: blocks of a multiple of 16 keys), after reading its table entry.
+    // Lane 0's arrivals expect the bytes (a box landing
     // before them leaves the phase open: lane 0's arrival is still pending); k_full also counts the
     // other producers' arrivals, v_land only lane 0's.
     FP8ATTN_DEVICE void load_kv_tma(const FwdParams& p, const BlockCtx& c, int tile, uint8_t* smem, int s, int lane,
@@ -560,15 +560,9 @@ struct FwdPipelineNvWgmma {
     }
 
     // The item's KV loop: S of tile i+1 and P.V of tile i are issued together; acc and l are
-    // rescaled once P.V of tile i has landed. The source asks for the softmax of tile i+1 to run
-    // while P.V is in flight (wait 1, softmax, wait 0), but ptxas schedules the wait 0 ahead of the
-    // softmax (nothing depends on it): in the SASS every exp2 follows it, and what overlap there is
-    // lies between the two consumer warpgroups, which run free. Forcing it inside the warpgroup (the
-    // wait at the next step's start, wip/wgmma-wait-next) holds tile i's slot through the softmax and
-    // was 4-34 % slower (lab/h200-logs/40-*); turns that keep the two warpgroups' products apart were
-    // 6-7 % slower (59-*, 60-*: a softmax beside the other's products runs slower). Alone (no
-    // producer) the loop takes 1.6x its tensor time per step, the exp2s being as long as the tensor
-    // work (45-*).
+    // rescaled once P.V of tile i has landed. ptxas places the wait 0 ahead of the softmax (nothing
+    // depends on it), so the softmax overlaps the other consumer warpgroup's products, not this one's
+    // (docs/hopper-pipeline.md, "Why the code is as it is").
     FP8ATTN_DEVICE void item(const FwdParams& p, const BlockCtx& c, const ThreadRows<Tile>& tr, const PQuant& pq,
                              uint8_t* smem, Barriers* bars, FwdState<Policy>& st) {
       const int t = threadIdx.x % 4;
