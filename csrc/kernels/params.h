@@ -54,6 +54,10 @@ struct FwdParams {
   const float* v_descale = nullptr;
   int32_t q_descale_head_stride = 0, k_descale_head_stride = 0, v_descale_head_stride = 0;
   const float* p_scale_ptr = nullptr;  // 1 element; null: the FP8 kind's default (kernels/scales.h)
+  // Attention sinks: [num_heads] float32 logits (natural units, in the scale of the final logits), one
+  // more softmax term per q head that adds to the denominator only; null: none (softmax.h, add_sink).
+  // (Here, where a float and its padding were: the later fields keep their offsets, the kernels their code.)
+  const float* sinks = nullptr;
   const float* out_scale = nullptr;  // 1 element; non-null means FP8 output
 
   float softmax_scale = 1.f;
@@ -89,10 +93,6 @@ struct FwdParams {
   // with_divisors: the m blocks depend on the kernel's block rows); the kernels read those sizes
   // back from them (FastDiv::d).
   FastDiv div_group, div_heads_k, div_m_blocks, div_bh, div_items, div_page;  // div_page: page_block_size (paged)
-  // Attention sinks: [num_heads] float32 logits (natural units, in the scale of the final logits), one
-  // more softmax term per q head that adds to the denominator only; null: none (softmax.h, add_sink).
-  // (In the padding before the tensor maps: the other fields keep their offsets, the kernels their code.)
-  const float* sinks = nullptr;
   alignas(64) unsigned char k_tmap[128] = {};
   alignas(64) unsigned char v_tmap[128] = {};
 };
