@@ -16,7 +16,7 @@ from fp8attn.quark import (  # noqa: E402
     write_attention_scales,
 )
 
-# what amd-quark 0.13 exports per layer (see shared/quark-checkpoints.md): 0-dim scales in the
+# what amd-quark 0.13 exports per layer (docs/vllm.md, "Quark checkpoints"): 0-dim scales in the
 # model dtype, FP8 e4m3fn weights with weight_scale / input_scale
 VALUES = {"q": 0.0123, "k": 0.0456, "v": 0.0456, "p": 1 / 448, "o": 0.0078}
 
