@@ -873,16 +873,10 @@ def test_scales_loaded_by_vllms_quark_loader(vllm_config, with_q):
     """The layer's scales as vLLM's own Quark code loads them (QuarkConfig → QuarkKVCacheMethod: weight_loader,
     then process_weights_after_loading) from 0-dim bf16 tensors, as amd-quark writes them, reach the op.
     Without a q scale (FP8-KV), vLLM 0.32/0.33 leave _q_scale at 1.0, and the op gets 1.0."""
-    from vllm.model_executor.layers.quantization.quark.quark import QuarkConfig, QuarkKVCacheMethod
+    from vllm.model_executor.layers.quantization.quark.quark import QuarkKVCacheMethod
 
     batch = Batch(seed=12)
-    out_fp8 = {"weight": None, "input_tensors": None, "output_tensors": QUARK_FP8, "bias": None}
-    config = QuarkConfig.from_config({
-        "quant_method": "quark", "export": {"kv_cache_group": ["*k_proj", "*v_proj"], "pack_method": "reorder"},
-        "global_quant_config": {"weight": None, "input_tensors": None, "output_tensors": None, "bias": None},
-        "layer_quant_config": {"*k_proj": dict(out_fp8), "*v_proj": dict(out_fp8)},
-        "layer_type_quant_config": {}, "exclude": [], "softmax_quant_spec": QUARK_FP8})
-    attn = make_attention(vllm_config, f"model.layers.{int(with_q)}.self_attn.attn", quant_config=config)
+    attn = quark_attention(vllm_config, int(with_q))
     assert isinstance(attn.quant_method, QuarkKVCacheMethod)
     L = batch.layer
     bf16 = {name: getattr(L, name).to(torch.bfloat16).reshape(()) for name in ("_q_scale", "_k_scale", "_v_scale")}
