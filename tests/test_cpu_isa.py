@@ -1,5 +1,6 @@
-"""The CPU kernels of every instruction set this machine runs (FP8ATTN_CPU_ISA forces one): the same bits
-as the scalar oracle, the reference's agreement, thread-count independence and the NaN rule on each."""
+"""The CPU kernels of every instruction set this machine runs (FP8ATTN_CPU_ISA forces one): the vector kernels
+give the scalar oracle's bits, the AMX kernel agrees with it to rounding (its tile products sum in the hardware's
+order); the reference's agreement, thread-count independence and the NaN rule on each."""
 
 from __future__ import annotations
 
@@ -14,10 +15,16 @@ from test_forward_cpu import assert_matches_reference
 
 import fp8attn
 from fp8attn.reference import quantized_attention_bounds
-from fp8attn.testing import NAN_CODE
+from fp8attn.testing import NAN_CODE, ulp_agreement
 
 ISAS = list(torch.ops.fp8attn.cpu_isas())
+TILED = [i for i in ISAS if i == "amx"]  # kernels whose products are tile products (docs/cpu.md)
+EXACT = [i for i in ISAS if i not in TILED]
 FP8 = [torch.float8_e4m3fn, torch.float8_e4m3fnuz]
+# The AMX kernel against the oracle: its logits differ in the last fp32 bits, which now and then moves a P (or
+# an output) across an FP8 rounding boundary: outputs within 1 FP8 ulp, lse within 1e-4 of the oracle's.
+TILED_MIN_AGREEMENT = 0.99
+TILED_LSE_TOL = 1e-4
 
 
 def run(isa: str, case, kv_tile: int = 0):
@@ -46,13 +53,34 @@ def assert_same_bits(a: tuple, b: tuple) -> None:
         assert torch.equal(bits(x), bits(y))
 
 
+def assert_near_oracle(result: tuple, oracle: tuple) -> None:
+    """A tiled kernel's (out, lse) against the oracle's: NaN and -inf where the oracle has them, outputs within
+    1 FP8 ulp (TILED_MIN_AGREEMENT of them), every finite lse within TILED_LSE_TOL."""
+    (out, lse), (ref_out, ref_lse) = result, oracle
+    assert torch.equal(out.float().isnan(), ref_out.float().isnan()) and torch.equal(lse.isnan(), ref_lse.isnan())
+    assert torch.equal(torch.isneginf(lse), torch.isneginf(ref_lse))
+    fin = torch.isfinite(ref_lse)
+    assert (lse[fin] - ref_lse[fin]).abs().max().item() <= TILED_LSE_TOL if fin.any() else True
+    keep = ~ref_out.float().isnan()
+    assert ulp_agreement(out[keep], ref_out[keep]) >= TILED_MIN_AGREEMENT
+
+
+def assert_like_oracle(isa: str, result: tuple, oracle: tuple) -> None:
+    """The oracle's bits on a vector kernel, its values to rounding on a tiled one."""
+    if isa in TILED:
+        assert_near_oracle(result, oracle)
+    else:
+        assert_same_bits(result, oracle)
+
+
 def test_the_machine_runs_more_than_scalar():
-    """The dispatch lists the best instruction set first and always keeps the scalar oracle; the two byte-lookup
-    AVX-512 kernels come first, the VBMI one ahead on Intel CPUs (isa.cpp says why)."""
+    """The dispatch lists the best instruction set first and always keeps the scalar oracle: AMX where the CPU
+    has it, then the two byte-lookup AVX-512 kernels, the VBMI one ahead on Intel CPUs (isa.cpp says why)."""
     assert ISAS[-1] == "scalar" and torch.ops.fp8attn.cpu_isa() in ISAS
+    assert ISAS[: len(TILED)] == TILED
     lookup = {"avx512_bf16", "avx512_vbmi"} & set(ISAS)
-    assert set(ISAS[: len(lookup)]) == lookup
-    assert ISAS[len(lookup):] == [i for i in ["avx512", "avx2", "scalar"] if i in ISAS]
+    assert set(EXACT[: len(lookup)]) == lookup
+    assert EXACT[len(lookup):] == [i for i in ["avx512", "avx2", "scalar"] if i in ISAS]
 
 
 def test_unknown_isa_is_refused(monkeypatch):
@@ -81,7 +109,7 @@ def test_unknown_isa_is_refused(monkeypatch):
     sinks=st.booleans(),
     seed=st.integers(0, 2**16),
 )
-def test_every_isa_gives_the_scalar_bits(layout, batch, q_len, k_extra, group, head_dim, fp8, q_dtype, out, mask,
+def test_every_isa_gives_the_oracles_result(layout, batch, q_len, k_extra, group, head_dim, fp8, q_dtype, out, mask,
                                         softcap, kv_tile, per_head, sinks, seed):
     g = torch.Generator().manual_seed(seed)
     if layout == "dense":
@@ -98,11 +126,11 @@ def test_every_isa_gives_the_scalar_bits(layout, batch, q_len, k_extra, group, h
         case.kwargs["out_dtype"] = out
     oracle = run("scalar", case, kv_tile)
     for isa in ISAS[:-1]:
-        assert_same_bits(run(isa, case, kv_tile), oracle)
+        assert_like_oracle(isa, run(isa, case, kv_tile), oracle)
 
 
 @pytest.mark.parametrize("q_len", [1, 2, 5])
-def test_decode_batches_give_the_scalar_bits(q_len):
+def test_decode_batches_give_the_oracles_result(q_len):
     """Decode-like batches (a few query rows per kv head: several kv heads of a sequence in one pass) on a
     paged cache with per-head scales, GQA and MQA, bf16 and FP8 outputs, with and without sinks."""
     for heads, kv_heads, fp8_out, sinks in [(32, 8, True, False), (16, 1, False, True), (8, 8, True, True)]:
@@ -111,7 +139,7 @@ def test_decode_batches_give_the_scalar_bits(q_len):
                          fp8_out=fp8_out, causal=True, block_size=32, sinks=sinks, seed=q_len)
         oracle = run("scalar", case)
         for isa in ISAS[:-1]:
-            assert_same_bits(run(isa, case), oracle)
+            assert_like_oracle(isa, run(isa, case), oracle)
 
 
 @pytest.mark.parametrize("isa", ISAS)

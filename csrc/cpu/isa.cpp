@@ -10,6 +10,8 @@
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 #define FP8ATTN_CPU_X86 1
 #else
 #define FP8ATTN_CPU_X86 0
@@ -18,7 +20,7 @@
 namespace fp8attn::cpu {
 namespace {
 
-constexpr const char* kNames[kNumIsas] = {"scalar", "avx2", "avx512", "avx512_bf16", "avx512_vbmi"};
+constexpr const char* kNames[kNumIsas] = {"scalar", "avx2", "avx512", "avx512_bf16", "avx512_vbmi", "amx"};
 
 std::array<std::atomic<int64_t>, kNumIsas> g_calls{};
 
@@ -27,6 +29,16 @@ uint64_t xcr0() {
   uint32_t eax, edx;
   __asm__ volatile("xgetbv" : "=a"(eax), "=d"(edx) : "c"(0));
   return (static_cast<uint64_t>(edx) << 32) | eax;
+}
+
+// Linux hands a process the AMX tile state only on request (arch_prctl ARCH_REQ_XCOMP_PERM for XTILEDATA).
+bool amx_permitted() {
+#if defined(__linux__) && defined(SYS_arch_prctl)
+  static const bool ok = syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18 /* XFEATURE_XTILEDATA */) == 0;
+  return ok;
+#else
+  return false;
+#endif
 }
 
 bool cpu_has(Isa isa) {
@@ -42,6 +54,10 @@ bool cpu_has(Isa isa) {
   if (isa == Isa::Avx512) return avx2 && avx512;
   const bool vbmi = c & (1u << 1);
   if (isa == Isa::Avx512Vbmi) return avx2 && avx512 && vbmi;
+  if (isa == Isa::Amx) {
+    const bool amx = (d & (1u << 22)) && (d & (1u << 24));  // AMX-BF16, AMX-TILE
+    return avx2 && avx512 && vbmi && amx && (xcr0() & 0x60000) == 0x60000 && amx_permitted();
+  }
   __get_cpuid_count(7, 1, &a, &b, &c, &d);
   const bool bf16 = a & (1u << 5);
   return avx2 && avx512 && vbmi && bf16;  // Isa::Avx512Bf16
@@ -76,9 +92,10 @@ std::vector<Isa> runnable_isas() {
 #if FP8ATTN_CPU_X86
     intel = is_intel();
 #endif
+    // AMX's tile products run several times the FMA rate (docs/cpu.md); they come first where the CPU has them.
     const Isa fast[2] = {intel ? Isa::Avx512Vbmi : Isa::Avx512Bf16, intel ? Isa::Avx512Bf16 : Isa::Avx512Vbmi};
     std::vector<Isa> v;
-    for (const Isa isa : {fast[0], fast[1], Isa::Avx512, Isa::Avx2, Isa::Scalar})
+    for (const Isa isa : {Isa::Amx, fast[0], fast[1], Isa::Avx512, Isa::Avx2, Isa::Scalar})
       if (runnable(isa)) v.push_back(isa);
     return v;
   }();
@@ -104,6 +121,7 @@ Kernel kernel_of(Isa isa) {
     case Isa::Avx512: return avx512_kernel();
     case Isa::Avx512Bf16: return avx512bf16_kernel();
     case Isa::Avx512Vbmi: return avx512vbmi_kernel();
+    case Isa::Amx: return amx_kernel();
 #endif
     default: return scalar_kernel();
   }
@@ -124,7 +142,7 @@ std::vector<std::string> cpu_isas() {
 int64_t cpu_isa_calls(const std::string& name) {
   for (int i = 0; i < kNumIsas; ++i)
     if (name == kNames[i]) return g_calls[i].load();
-  TORCH_CHECK_VALUE(false, "unknown CPU instruction set '", name, "' (scalar, avx2, avx512, avx512_bf16, avx512_vbmi)");
+  TORCH_CHECK_VALUE(false, "unknown CPU instruction set '", name, "' (scalar, avx2, avx512, avx512_bf16, avx512_vbmi, amx)");
 }
 
 }  // namespace

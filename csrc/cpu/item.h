@@ -5,7 +5,8 @@
 // A work item is a set of query rows ("lanes": q rows x q heads of one kv head of one sequence)
 // that share one pass over the keys. For each lane the kernel quantizes q, runs docs/design.md §1's online
 // softmax over KV tiles aligned at multiples of `tile` from key 0, and writes the lane's output row
-// and lse. Every kernel computes the same bits (kernel_scalar.cpp fixes the order of every sum).
+// and lse. Every vector kernel computes the same bits (kernel_scalar.cpp fixes the order of every sum); the
+// AMX kernel's tile products sum in the hardware's order (kernel_amx.cpp).
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -15,8 +16,8 @@
 namespace fp8attn::cpu {
 
 // Instruction sets with a kernel (isa.cpp orders them by preference).
-enum class Isa : int32_t { Scalar = 0, Avx2 = 1, Avx512 = 2, Avx512Bf16 = 3, Avx512Vbmi = 4 };
-constexpr int kNumIsas = 5;
+enum class Isa : int32_t { Scalar = 0, Avx2 = 1, Avx512 = 2, Avx512Bf16 = 3, Avx512Vbmi = 4, Amx = 5 };
+constexpr int kNumIsas = 6;
 
 // Where the keys of one (sequence, kv head) live: row j at k + j*k_row (dense, varlen), or in cache
 // block blocks[j / page] at row j % page (paged).
@@ -80,5 +81,6 @@ Kernel avx2_kernel();
 Kernel avx512_kernel();
 Kernel avx512bf16_kernel();
 Kernel avx512vbmi_kernel();
+Kernel amx_kernel();
 
 }  // namespace fp8attn::cpu

@@ -42,6 +42,7 @@ struct Arena {
 // the odd element first (the order of vdpbf16ps).
 template <class O>
 struct Fp32Pairs {
+  static constexpr bool kTiles = false;  // dot products as vector FMAs (KeysKernel's tile hooks unused)
   using E = float;
   using B = float;  // the broadcast operand's storage (q and P rows of the keys kernel)
   using F = typename O::F;
@@ -150,38 +151,6 @@ void prefetch_keys(const ItemArgs& a, int32_t j0, int32_t j1, bool is_v) {
     for (int off = 0; off < a.head_dim; off += 64) O::prefetch(row + off);
   }
 }
-
-// The K (or V) rows of keys [j, end), of every lane group, into the cache a 64-byte line at a time,
-// `steps` calls of step() for all of them: spread over a pass of the kernel, the rows the next pass reads
-// arrive without bursts of prefetches waiting for miss buffers. Lines are counted, not divided out.
-template <class O>
-struct PrefetchCursor {
-  static constexpr int kLine = 64;
-  const ItemArgs* a = nullptr;
-  const char* row = nullptr;  // key j's row of group 0
-  int64_t group_stride = 0;
-  int32_t j = 0, end = 0;
-  int g = 0, l = 0, lines = 0, rate = 0;
-  bool is_v = false;
-  void reset(const ItemArgs& args, int32_t j0, int32_t j1, bool v, int steps) {
-    a = &args, j = j0, end = j1, g = 0, l = 0, is_v = v;
-    lines = (args.head_dim + kLine - 1) / kLine;
-    group_stride = v ? args.v_group_stride : args.k_group_stride;
-    const int64_t total = static_cast<int64_t>(j1 - j0) * lines * args.groups;
-    rate = static_cast<int>((total + steps - 1) / (steps > 0 ? steps : 1));
-    if (j < end) row = reinterpret_cast<const char*>(key_row(args.keys, j, v));
-  }
-  void step() {
-    for (int n = rate; n > 0 && j < end; --n) {
-      O::prefetch(row + g * group_stride + kLine * l);
-      if (++l < lines) continue;
-      l = 0;
-      if (++g < a->groups) continue;
-      g = 0;
-      if (++j < end) row = reinterpret_cast<const char*>(key_row(a->keys, j, is_v));
-    }
-  }
-};
 
 // The kernel. NK keys x nv row vectors per q·k step, ND columns x nv row vectors per P·V step (nv 1 or 2).
 template <class O, class P, int NK, int ND>
@@ -538,20 +507,25 @@ struct KeysKernel {
   static constexpr int kPairs = 16;                 // key pairs packed per P·V block
   static constexpr int kMaxTileKeys = 128 + 2;      // a tile's keys from its pair-aligned start (tile <= 128)
 
+  // Tile products (P::kTiles) take q and P rows kTileRows lanes at a time: q and P get that many rows of padding.
+  static constexpr int kTileRows = 16;
+  static constexpr int kPad = P::kTiles ? kTileRows : 0;
+
   static size_t srow(int tile) { return static_cast<size_t>((tile + 1) / kChunk + 1) * kChunk; }
   using Bq = typename P::B;
   struct Layout {
-    size_t qn, kt, vc, s, pn, o, tmp, total;
+    size_t qn, kt, vc, s, pn, o, tmp, ct, total;
     Layout(int D, int tile, int lanes) {
       const size_t nl = static_cast<size_t>(imin(lanes, kMaxLanes));
       Arena ar;
-      qn = ar.take(sizeof(Bq) * D * nl);              // [lane][D]
+      qn = ar.take(sizeof(Bq) * D * (nl + kPad));     // [lane][D]
       kt = ar.take(sizeof(E) * D * NKB * W);          // [D/2][NKB][2W]: one block of key vectors
       vc = ar.take(sizeof(E) * D * 2 * kPairs);       // [key pair][D/W][2W]: one block of key pairs
       s = ar.take(sizeof(float) * srow(tile) * nl);   // [lane][key]
-      pn = ar.take(sizeof(Bq) * kChunk * nl);         // [lane][key]
+      pn = ar.take(sizeof(Bq) * kChunk * (nl + kPad));  // [lane][key]
       o = ar.take(sizeof(float) * D * nl);            // [lane][D]
       tmp = ar.take(sizeof(float) * D);
+      ct = ar.take(P::kTiles ? sizeof(float) * kTileRows * (D > NKB * W ? D : NKB * W) : 0);  // tile results
       total = ar.total;
     }
   };
@@ -566,7 +540,8 @@ struct KeysKernel {
     const int lines;  // cache lines per K (or V) row
     Bq *qn, *pn;
     E *kt, *vc;
-    float *s, *o, *tmp;
+    float *s, *o, *tmp, *ct;
+    int tile_rows = 0;  // rows of the q, P and O tiles: kTileRows, or the lanes of a smaller group
     float m[kMaxLanes], l[kMaxLanes], tmax[kMaxLanes], alpha[kMaxLanes], msub[kMaxLanes];
     double ltile[kMaxLanes];
     bool nan[kMaxLanes];
@@ -584,6 +559,7 @@ struct KeysKernel {
       s = reinterpret_cast<float*>(base + L.s);
       o = reinterpret_cast<float*>(base + L.o);
       tmp = reinterpret_cast<float*>(base + L.tmp);
+      ct = reinterpret_cast<float*>(base + L.ct);
     }
 
     // Group g's K (is_v false) or V row of tile key cb + i (null outside [ja, jb): a zero row).
@@ -623,8 +599,6 @@ struct KeysKernel {
     // [lo, min(hi, c1)); folded into the lanes' tile max and NaN flag.
     template <int nr, int nk>
     void qk(int r0, int32_t j0, int32_t c1, int32_t cb) {
-      alignas(64) static constexpr int32_t kIota[16] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
-      const F ninf = O::set1(-std::numeric_limits<float>::infinity());
       F acc[nr][nk];
       for (int r = 0; r < nr; ++r)
         for (int k = 0; k < nk; ++k) acc[r][k] = O::zero();
@@ -636,35 +610,56 @@ struct KeysKernel {
           for (int k = 0; k < nk; ++k) acc[r][k] = P::dot2(acc[r][k], kv[k], b);
         }
       }
-      for (int r = 0; r < nr; ++r) {
-        const int lane = r0 + r;
-        const F sc = O::set1(a.logit_scale[lane]);
-        const auto lo = O::set1i(static_cast<uint32_t>(a.lo[lane]));
-        const auto hi = O::set1i(static_cast<uint32_t>(imin(a.hi[lane], c1)));
-        F tm = O::set1(tmax[lane]);
-        M nm = O::mzero();
-        for (int k = 0; k < nk; ++k) {
-          const int32_t jk = j0 + k * W;
-          const auto jv = O::addi(O::set1i(static_cast<uint32_t>(jk)), O::loadi(kIota));
-          F x = a.softcap_log2 > 0.f ? O::mul(O::set1(a.softcap_log2), tanh<O>(O::mul(acc[r][k], sc)))
-                                     : O::mul(acc[r][k], sc);
-          x = O::select(O::mandn(O::lti(jv, lo), O::lti(jv, hi)), x, ninf);
-          nm = O::mor(nm, O::isnan(x));
-          tm = O::max(tm, x);
-          O::store(s + lane * sr + (jk - cb), x);
+      for (int r = 0; r < nr; ++r) logits<nk>(r0 + r, acc[r], j0, c1, cb);
+    }
+    // Lane `lane`'s dot products with the nk key vectors from key j0 -> its logits in s, -inf outside
+    // [lo, min(hi, c1)); folded into the lane's tile max and NaN flag.
+    template <int nk>
+    void logits(int lane, const F* acc, int32_t j0, int32_t c1, int32_t cb) {
+      alignas(64) static constexpr int32_t kIota[16] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+      const F ninf = O::set1(-std::numeric_limits<float>::infinity());
+      const F sc = O::set1(a.logit_scale[lane]);
+      const auto lo = O::set1i(static_cast<uint32_t>(a.lo[lane]));
+      const auto hi = O::set1i(static_cast<uint32_t>(imin(a.hi[lane], c1)));
+      F tm = O::set1(tmax[lane]);
+      M nm = O::mzero();
+      for (int k = 0; k < nk; ++k) {
+        const int32_t jk = j0 + k * W;
+        const auto jv = O::addi(O::set1i(static_cast<uint32_t>(jk)), O::loadi(kIota));
+        F x = a.softcap_log2 > 0.f ? O::mul(O::set1(a.softcap_log2), tanh<O>(O::mul(acc[k], sc))) : O::mul(acc[k], sc);
+        x = O::select(O::mandn(O::lti(jv, lo), O::lti(jv, hi)), x, ninf);
+        nm = O::mor(nm, O::isnan(x));
+        tm = O::max(tm, x);
+        O::store(s + lane * sr + (jk - cb), x);
+      }
+      tmax[lane] = O::hmax(tm);  // exact; a NaN lane is flagged apart
+      nan[lane] = nan[lane] || O::any(nm);
+    }
+    // Tile products (P::kTiles): the group's lanes kTileRows at a time, each block's dot products with the
+    // nk key vectors as one tile product per key vector into ct ([nk][kTileRows][W]), then each lane's logits.
+    template <int nk>
+    void qk_tiles(int g, int32_t j0, int32_t c1, int32_t cb) {
+      for (int r0 = g * lpg; r0 < (g + 1) * lpg; r0 += kTileRows) {
+        P::template qk_block<nk>(qn + static_cast<size_t>(r0) * D, kt, D, NKB, ct);
+        for (int r = r0; r < imin(r0 + kTileRows, (g + 1) * lpg); ++r) {
+          F acc[nk];
+          for (int k = 0; k < nk; ++k) acc[k] = O::load(ct + (static_cast<size_t>(k) * kTileRows + r - r0) * W);
+          logits<nk>(r, acc, j0, c1, cb);
         }
-        tmax[lane] = O::hmax(tm);  // exact; a NaN lane is flagged apart
-        nan[lane] = nan[lane] || O::any(nm);
       }
     }
     template <int nk>
     void qk_lanes(int g, int32_t j0, int32_t c1, int32_t cb) {
-      for (int r0 = g * lpg; r0 < (g + 1) * lpg; r0 += NR) {
-        const int n = imin(NR, (g + 1) * lpg - r0);
-        if (n >= NR) qk<NR, nk>(r0, j0, c1, cb);
-        else if (n == 3) qk<3, nk>(r0, j0, c1, cb);
-        else if (n == 2) qk<2, nk>(r0, j0, c1, cb);
-        else qk<1, nk>(r0, j0, c1, cb);
+      if constexpr (P::kTiles) {
+        qk_tiles<nk>(g, j0, c1, cb);
+      } else {
+        for (int r0 = g * lpg; r0 < (g + 1) * lpg; r0 += NR) {
+          const int n = imin(NR, (g + 1) * lpg - r0);
+          if (n >= NR) qk<NR, nk>(r0, j0, c1, cb);
+          else if (n == 3) qk<3, nk>(r0, j0, c1, cb);
+          else if (n == 2) qk<2, nk>(r0, j0, c1, cb);
+          else qk<1, nk>(r0, j0, c1, cb);
+        }
       }
     }
 
@@ -677,6 +672,8 @@ struct KeysKernel {
         lsum = O::add(lsum, p8);
         P::store_b(pn + static_cast<size_t>(r) * kChunk + kb * W, p8);
       }
+      if constexpr (P::kTiles)  // a P tile spans 2 kTilePairs keys: zeros past the chunk's (0 · NaN is NaN)
+        for (int kb = nkb; kb % (2 * kPairs / W) != 0; ++kb) P::store_b(pn + static_cast<size_t>(r) * kChunk + kb * W, O::zero());
       ltile[r] += O::hsum_exact(lsum);  // sums of p8 within a chunk are exact in fp32
     }
 
@@ -706,12 +703,32 @@ struct KeysKernel {
       for (; db0 < dblocks; ++db0) pv<nr, 1>(r0, db0, i0, np);
     }
     void pv_lanes(int g, int i0, int np) {
-      for (int r0 = g * lpg; r0 < (g + 1) * lpg; r0 += NR) {
-        const int n = imin(NR, (g + 1) * lpg - r0);
-        if (n >= NR) pv_columns<NR>(r0, i0, np);
-        else if (n == 3) pv_columns<3>(r0, i0, np);
-        else if (n == 2) pv_columns<2>(r0, i0, np);
-        else pv_columns<1>(r0, i0, np);
+      if constexpr (P::kTiles) {
+        pv_tiles(g, i0);
+      } else {
+        for (int r0 = g * lpg; r0 < (g + 1) * lpg; r0 += NR) {
+          const int n = imin(NR, (g + 1) * lpg - r0);
+          if (n >= NR) pv_columns<NR>(r0, i0, np);
+          else if (n == 3) pv_columns<3>(r0, i0, np);
+          else if (n == 2) pv_columns<2>(r0, i0, np);
+          else pv_columns<1>(r0, i0, np);
+        }
+      }
+    }
+    // Tile products: O rows of kTileRows lanes += P (their kTilePairs key pairs from i0) · V (the block in vc,
+    // zero rows past its pairs). A block shorter than the configured rows (the group's last, when lpg is not a
+    // multiple of them) goes through ct, so that no other lane's O row is written.
+    void pv_tiles(int g, int i0) {
+      for (int r0 = g * lpg; r0 < (g + 1) * lpg; r0 += kTileRows) {
+        const int n = imin(kTileRows, (g + 1) * lpg - r0);
+        const Bq* p = pn + static_cast<size_t>(r0) * kChunk + 2 * i0;
+        if (n == tile_rows) {
+          P::pv_block(p, kChunk, vc, D, o + static_cast<size_t>(r0) * D);
+        } else {
+          std::memcpy(ct, o + static_cast<size_t>(r0) * D, sizeof(float) * D * n);
+          P::pv_block(p, kChunk, vc, D, ct);
+          std::memcpy(o + static_cast<size_t>(r0) * D, ct, sizeof(float) * D * n);
+        }
       }
     }
 
@@ -776,6 +793,7 @@ struct KeysKernel {
             pack_v_pair<P, K>(row(g, j - cb, true), j + 1 < c1 ? row(g, j + 1 - cb, true) : nullptr,
                               vc + static_cast<size_t>(i) * 2 * D, D);
           }
+          if constexpr (P::kTiles) std::memset(vc + static_cast<size_t>(np) * 2 * D, 0, sizeof(E) * 2 * D * (kPairs - np));
           ahead(c0 - cb + 2 * i0, imin(c0 - cb + 2 * (i0 + np), jb - cb), true);
           pv_lanes(g, i0, np);
         }
@@ -790,6 +808,12 @@ struct KeysKernel {
         for (int d = 0; d < D; d += W) P::store_b(qn + static_cast<size_t>(r) * D + d, O::load(tmp + d));
         m[r] = ninf;
         l[r] = 0.f;
+      }
+      if constexpr (P::kTiles) {
+        tile_rows = imin(kTileRows, lpg);
+        std::memset(qn + static_cast<size_t>(a.lanes) * D, 0, sizeof(Bq) * D * kPad);  // rows past the lanes: 0
+        std::memset(pn + static_cast<size_t>(a.lanes) * kChunk, 0, sizeof(Bq) * kChunk * kPad);
+        P::configure(tile_rows);
       }
       std::memset(o, 0, sizeof(float) * D * a.lanes);
       const F floor = O::set1(p_floor<K>(a.inv_p_scale));

@@ -90,6 +90,7 @@ __mmask32 words_mask(int n) { return n >= 32 ? ~__mmask32{0} : (__mmask32{1} << 
 // packed from FP8 codes by byte lookups: what the AVX-512 BF16 and VBMI kernels share. Each of them adds
 // its dot-product step (dot2) and operand loads.
 struct Bf16Pack {
+  static constexpr bool kTiles = false;
   using E = uint16_t;
   using F = __m512;
   static constexpr int W = 16;

@@ -36,6 +36,9 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture(autouse=True)
 def _no_split(monkeypatch):
-    """Compare with the CPU tile for tile: one KV split unless a test asks for the heuristic."""
+    """Compare with the CPU tile for tile: one KV split unless a test asks for the heuristic; the CPU side is
+    the oracle's bits (the best vector kernel, not AMX's tile products: docs/cpu.md)."""
     monkeypatch.setenv("FP8ATTN_NUM_SPLITS", "1")
+    if _REASON is None and "FP8ATTN_CPU_ISA" not in os.environ:
+        monkeypatch.setenv("FP8ATTN_CPU_ISA", next(i for i in torch.ops.fp8attn.cpu_isas() if i != "amx"))
     yield
