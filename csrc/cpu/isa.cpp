@@ -16,6 +16,9 @@
 #else
 #define FP8ATTN_CPU_X86 0
 #endif
+#ifndef FP8ATTN_CPU_AMX
+#define FP8ATTN_CPU_AMX 0  // the compiler had no AMX: no kernel_amx.cpp in this build
+#endif
 
 namespace fp8attn::cpu {
 namespace {
@@ -55,6 +58,7 @@ bool cpu_has(Isa isa) {
   const bool vbmi = c & (1u << 1);
   if (isa == Isa::Avx512Vbmi) return avx2 && avx512 && vbmi;
   if (isa == Isa::Amx) {
+    if (!FP8ATTN_CPU_AMX) return false;
     const bool amx = (d & (1u << 22)) && (d & (1u << 24));  // AMX-BF16, AMX-TILE
     return avx2 && avx512 && vbmi && amx && (xcr0() & 0x60000) == 0x60000 && amx_permitted();
   }
@@ -121,7 +125,9 @@ Kernel kernel_of(Isa isa) {
     case Isa::Avx512: return avx512_kernel();
     case Isa::Avx512Bf16: return avx512bf16_kernel();
     case Isa::Avx512Vbmi: return avx512vbmi_kernel();
+#if FP8ATTN_CPU_AMX
     case Isa::Amx: return amx_kernel();
+#endif
 #endif
     default: return scalar_kernel();
   }
