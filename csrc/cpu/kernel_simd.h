@@ -672,7 +672,7 @@ struct KeysKernel {
         lsum = O::add(lsum, p8);
         P::store_b(pn + static_cast<size_t>(r) * kChunk + kb * W, p8);
       }
-      if constexpr (P::kTiles)  // a P tile spans 2 kTilePairs keys: zeros past the chunk's (0 · NaN is NaN)
+      if constexpr (P::kTiles)  // a P tile spans 2 kPairs keys: zeros past the chunk's (0 · NaN is NaN)
         for (int kb = nkb; kb % (2 * kPairs / W) != 0; ++kb) P::store_b(pn + static_cast<size_t>(r) * kChunk + kb * W, O::zero());
       ltile[r] += O::hsum_exact(lsum);  // sums of p8 within a chunk are exact in fp32
     }
