@@ -7,7 +7,8 @@
 //
 // Tiles: 0-3 accumulators (S or O, tile_rows x 16 fp32), 4 the A operand (q or P rows: tile_rows x 32 bf16),
 // 5 the B operand (K^T or V: 16 pair rows x 16 columns x 2 bf16), 6 and 7 A and B of a head dim's last 16
-// when it is not a multiple of 32 (80, 112).
+// when it is not a multiple of 32 (80, 112). Items whose groups have fewer lanes than a tile has rows (decode)
+// compute S^T = K·Q^T instead (KeysKernel's key_rows): 5 the key rows (A), 6 the lanes' q^T (B), 7 S^T.
 #include <immintrin.h>
 
 #include <cstdint>
@@ -40,14 +41,47 @@ struct AmxTiles : Bf16Pack {
   using B = E;  // q and P rows as bf16: the A operands
   static void store_b(B* dst, F x) { store_e(dst, x); }
 
-  static void configure(int rows) {
+  // key_rows: tiles 5-7 hold S^T = K·Q^T's operands and result (16 x 64 bytes each) instead of q·K^T's D tail.
+  static void configure(int rows, bool key_rows) {
     alignas(64) TileConfig c;
     c.palette = 1;
     for (int t = 0; t < 5; ++t) c.rows[t] = static_cast<uint8_t>(rows), c.colsb[t] = 64;
     c.rows[5] = 16, c.colsb[5] = 64;
-    c.rows[6] = static_cast<uint8_t>(rows), c.colsb[6] = 32;
-    c.rows[7] = 8, c.colsb[7] = 64;
+    c.rows[6] = static_cast<uint8_t>(key_rows ? 16 : rows), c.colsb[6] = key_rows ? 64 : 32;
+    c.rows[7] = key_rows ? 16 : 8, c.colsb[7] = 64;
     _tile_loadconfig(&c);
+  }
+
+  // S^T = K·Q^T for nk key vectors: ct[k] (16 keys x 16 lanes fp32) = key rows 16k.. (kr: [key][dp] bf16, zero
+  // past D) · the lanes' q^T (qt: [dp/2][16][2]); A = tile 5, B = tile 6, the result tile 7.
+  template <int nk>
+  static void qkt_block(const E* kr, int dp, const E* qt, float* ct) {
+    const size_t ks = sizeof(E) * dp;
+    for (int k = 0; k < nk; ++k) {
+      _tile_zero(7);
+      for (int d = 0; d < dp; d += 32) {
+        _tile_loadd(5, kr + static_cast<size_t>(k) * 16 * dp + d, ks);
+        _tile_loadd(6, qt + static_cast<size_t>(d) * 16, 64);
+        _tile_dpbf16ps(7, 5, 6);
+      }
+      _tile_stored(7, ct + k * 16 * 16, 64);
+    }
+  }
+  // Lane n's results of 16 keys (column n of a 16 x 16 result).
+  static F column(const float* c, int n) {
+    return _mm512_i32gather_ps(_mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                                                  _mm512_set1_epi32(16)), c + n, 4);
+  }
+  // The B operand of S^T: q rows (n of them, stride D) -> [dp/2 pairs][16 lanes][2], lanes past n and pairs
+  // past D zero.
+  static void pack_qt(const E* q, int n, int D, int dp, E* qt) {
+    for (int d0 = 0; d0 < dp; d0 += 32) {
+      const __mmask32 m = words_mask(D - d0);
+      __m512i r[16];
+      for (int i = 0; i < 16; ++i) r[i] = i < n ? _mm512_maskz_loadu_epi16(m, q + static_cast<size_t>(i) * D + d0) : _mm512_setzero_si512();
+      Avx512Ops::transpose(r);
+      for (int c = 0; c < 16; ++c) _mm512_storeu_si512(qt + static_cast<size_t>(d0 / 2 + c) * 32, r[c]);
+    }
   }
 
   // ct[k] (tile_rows x 16 fp32, row stride 16) = q rows (stride D) · K^T of key vector k (kt: [D/2][nkb][16][2]).

@@ -512,9 +512,10 @@ struct KeysKernel {
   static constexpr int kPad = P::kTiles ? kTileRows : 0;
 
   static size_t srow(int tile) { return static_cast<size_t>((tile + 1) / kChunk + 1) * kChunk; }
+  static int dpad(int D) { return (D + 31) / 32 * 32; }  // a key row's length for tile products (zero padded)
   using Bq = typename P::B;
   struct Layout {
-    size_t qn, kt, vc, s, pn, o, tmp, ct, total;
+    size_t qn, kt, vc, s, pn, o, tmp, ct, kr, qt, total;
     Layout(int D, int tile, int lanes) {
       const size_t nl = static_cast<size_t>(imin(lanes, kMaxLanes));
       Arena ar;
@@ -526,6 +527,8 @@ struct KeysKernel {
       o = ar.take(sizeof(float) * D * nl);            // [lane][D]
       tmp = ar.take(sizeof(float) * D);
       ct = ar.take(P::kTiles ? sizeof(float) * kTileRows * (D > NKB * W ? D : NKB * W) : 0);  // tile results
+      kr = ar.take(P::kTiles ? sizeof(E) * dpad(D) * NKB * W : 0);  // [key][dpad]: a block of key rows (key_rows)
+      qt = ar.take(P::kTiles ? sizeof(E) * dpad(D) * kTileRows : 0);  // [dpad/2][kTileRows][2]: a group's q^T
       total = ar.total;
     }
   };
@@ -541,7 +544,11 @@ struct KeysKernel {
     Bq *qn, *pn;
     E *kt, *vc;
     float *s, *o, *tmp, *ct;
+    E *kr, *qt;
     int tile_rows = 0;  // rows of the q, P and O tiles: kTileRows, or the lanes of a smaller group
+    // Tile products with fewer lanes per group than a tile has rows (decode): q·k as S^T = K·Q^T, the keys'
+    // rows the A operand as they are (K^T's transpose costs more than the products then; docs/cpu.md).
+    bool key_rows = false;
     float m[kMaxLanes], l[kMaxLanes], tmax[kMaxLanes], alpha[kMaxLanes], msub[kMaxLanes];
     double ltile[kMaxLanes];
     bool nan[kMaxLanes];
@@ -560,6 +567,8 @@ struct KeysKernel {
       o = reinterpret_cast<float*>(base + L.o);
       tmp = reinterpret_cast<float*>(base + L.tmp);
       ct = reinterpret_cast<float*>(base + L.ct);
+      kr = reinterpret_cast<E*>(base + L.kr);
+      qt = reinterpret_cast<E*>(base + L.qt);
     }
 
     // Group g's K (is_v false) or V row of tile key cb + i (null outside [ja, jb): a zero row).
@@ -648,10 +657,22 @@ struct KeysKernel {
         }
       }
     }
+    // Key rows: the nk key vectors' rows (in kr) times the group's q^T (in qt), one tile product per d step into
+    // ct ([nk][W keys][kTileRows lanes]), then each lane's logits from its column.
+    template <int nk>
+    void qk_key_rows(int g, int32_t j0, int32_t c1, int32_t cb) {
+      P::template qkt_block<nk>(kr, dpad(D), qt, ct);
+      for (int r = g * lpg; r < (g + 1) * lpg; ++r) {
+        F acc[nk];
+        for (int k = 0; k < nk; ++k) acc[k] = P::column(ct + static_cast<size_t>(k) * W * kTileRows, r - g * lpg);
+        logits<nk>(r, acc, j0, c1, cb);
+      }
+    }
     template <int nk>
     void qk_lanes(int g, int32_t j0, int32_t c1, int32_t cb) {
       if constexpr (P::kTiles) {
-        qk_tiles<nk>(g, j0, c1, cb);
+        if (key_rows) qk_key_rows<nk>(g, j0, c1, cb);
+        else qk_tiles<nk>(g, j0, c1, cb);
       } else {
         for (int r0 = g * lpg; r0 < (g + 1) * lpg; r0 += NR) {
           const int n = imin(NR, (g + 1) * lpg - r0);
@@ -762,13 +783,22 @@ struct KeysKernel {
         }
       };
       for (int r = r0; r < r1; ++r) tmax[r] = -std::numeric_limits<float>::infinity(), nan[r] = false, ltile[r] = 0.0;
+      if constexpr (P::kTiles)
+        if (key_rows) P::pack_qt(qn + static_cast<size_t>(r0) * D, lpg, D, dpad(D), qt);
       for (int32_t c0 = cb; c0 < jb; c0 += kChunk) {
         const int32_t c1 = imin(c0 + kChunk, jb);
         const int nkb = (c1 - c0 + W - 1) / W;
         const uint8_t* rows[W];
         for (int kb = 0; kb < nkb;) {
           const int nk = nkb - kb >= NKB ? NKB : 1;
-          for (int k = 0; k < nk; ++k) {
+          for (int t = 0; key_rows && t < nk * W; ++t) {  // (dead code unless P::kTiles)
+            const int32_t j = c0 + kb * W + t;
+            const uint8_t* r = j < c1 ? row(g, j - cb, false) : nullptr;
+            E* dst = kr + static_cast<size_t>(t) * dpad(D);
+            if (r) P::template convert_row<K>(r, dst, D);
+            else std::memset(dst, 0, sizeof(E) * D);
+          }
+          for (int k = 0; !key_rows && k < nk; ++k) {
             for (int t = 0; t < W; ++t) {
               const int32_t j = c0 + (kb + k) * W + t;
               rows[t] = j < c1 ? row(g, j - cb, false) : nullptr;
@@ -811,9 +841,11 @@ struct KeysKernel {
       }
       if constexpr (P::kTiles) {
         tile_rows = imin(kTileRows, lpg);
+        key_rows = lpg < kTileRows;
+        std::memset(kr, 0, sizeof(E) * dpad(D) * NKB * W);  // the columns past D stay 0
         std::memset(qn + static_cast<size_t>(a.lanes) * D, 0, sizeof(Bq) * D * kPad);  // rows past the lanes: 0
         std::memset(pn + static_cast<size_t>(a.lanes) * kChunk, 0, sizeof(Bq) * kChunk * kPad);
-        P::configure(tile_rows);
+        P::configure(tile_rows, key_rows);
       }
       std::memset(o, 0, sizeof(float) * D * a.lanes);
       const F floor = O::set1(p_floor<K>(a.inv_p_scale));
