@@ -376,5 +376,9 @@ if __name__ == "__main__":
     if sys.argv[1:2] == ["--job"]:  # a child: one engine
         job_path, result_path = sys.argv[2], sys.argv[3]
         Path(result_path).write_text(json.dumps(run_job(json.loads(Path(job_path).read_text()))))
-        sys.exit(0)
+        # run_job shut the engine down; the interpreter's teardown is skipped, where a thread vLLM leaves behind
+        # now and then aborts the process ("terminate called without an active exception") after the result.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
     sys.exit("run as python -m fp8attn.bench --engine vllm-cpu")
